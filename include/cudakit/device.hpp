@@ -1,0 +1,109 @@
+// Devices: availability, selection, properties, telemetry, sync-debug mode.
+// (seed: the first block of torch.cuda — is_available ... clock_rate)
+//
+// Thread-safety: all functions are thread-safe. The current device is per thread (as in
+// CUDA). Device properties are computed once per device and then immutable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cudakit {
+
+// "Current device" sentinel accepted wherever a device index is.
+inline constexpr int kCurrentDevice = -1;
+
+struct DeviceProperties {
+  std::string name;
+  int major = 0, minor = 0;
+  std::size_t total_memory = 0;
+  int multi_processor_count = 0;
+  int L2_cache_size = 0;
+  int max_threads_per_multi_processor = 0;
+  int max_threads_per_block = 0;
+  int warp_size = 32;
+  int regs_per_multiprocessor = 0;
+  std::size_t shared_memory_per_block = 0;
+  std::size_t shared_memory_per_block_optin = 0;
+  std::size_t shared_memory_per_multiprocessor = 0;
+  int clock_rate = 0;         // kHz
+  int memory_clock_rate = 0;  // kHz
+  int memory_bus_width = 0;   // bits
+  bool is_integrated = false;
+  bool is_multi_gpu_board = false;
+  int pci_bus_id = 0, pci_device_id = 0, pci_domain_id = 0;
+  std::string uuid;  // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string backend;  // "cuda" or "emulated"
+};
+
+// Name of the backend in use ("cuda" / "emulated"), without initialising anything.
+std::string backend_name();
+// Selects the backend before first use (alternative to CUDAKIT_BACKEND).
+void set_backend(const std::string& name);
+
+bool is_available() noexcept;   // device_count() > 0; never throws
+int device_count() noexcept;    // 0 when no driver / no device; never throws
+void init();                    // initialises the backend; throws with the reason if unusable
+bool is_initialized() noexcept;
+
+int current_device();
+void set_device(int device);
+// Resolves kCurrentDevice and validates the index (ValueError naming the valid range).
+int resolve_device(int device);
+
+// RAII: makes `device` current, restores the previous current device on destruction.
+// Not copyable or movable; use on one thread.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  int original_device() const noexcept { return prev_; }
+
+ private:
+  int prev_;
+  int cur_;
+};
+
+// Device owning a pointer (device memory from any allocator), or -1 for host memory.
+int device_of_pointer(const void* ptr);
+
+std::string get_device_name(int device = kCurrentDevice);
+std::pair<int, int> get_device_capability(int device = kCurrentDevice);
+const DeviceProperties& get_device_properties(int device = kCurrentDevice);
+// Architectures this library's kernels were compiled for, e.g. {"sm_90"}.
+std::vector<std::string> get_arch_list();
+std::string get_gencode_flags();
+bool is_bf16_supported(bool including_emulation = true);
+bool is_tf32_supported();
+
+void synchronize(int device = kCurrentDevice);
+bool can_device_access_peer(int device, int peer_device);
+void enable_peer_access(int device, int peer_device);
+
+std::pair<std::size_t, std::size_t> mem_get_info(int device = kCurrentDevice);  // free,total
+
+// Telemetry (NVML on cuda). Throws NotSupportedError where the backend cannot measure.
+int utilization(int device = kCurrentDevice);   // percent of time a kernel ran
+int memory_usage(int device = kCurrentDevice);  // percent of time memory was read/written
+int temperature(int device = kCurrentDevice);   // degrees C
+int power_draw(int device = kCurrentDevice);    // milliwatts
+int clock_rate(int device = kCurrentDevice);    // SM clock, MHz
+std::size_t device_memory_used(int device = kCurrentDevice);  // bytes, all processes
+
+// Raises AcceleratorError for a non-zero CUresult-numbered code.
+void check_error(int code);
+
+// Sync debug mode: warn or throw on synchronizing calls (torch.cuda semantics).
+enum class SyncDebugMode { none = 0, warn = 1, error = 2 };
+void set_sync_debug_mode(SyncDebugMode mode);
+SyncDebugMode get_sync_debug_mode() noexcept;
+
+// Driver version as an integer (13000 = 13.0), 0 without a driver.
+int driver_version() noexcept;
+
+}  // namespace cudakit

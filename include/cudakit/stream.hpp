@@ -1,0 +1,154 @@
+// Streams and events (seed: Stream, ExternalStream, Event, StreamContext, stream(),
+// set_stream, current_stream, default_stream, get_stream_from_external).
+//
+// Style follows CCCL's runtime: `StreamRef` is a cheap non-owning view, `Stream` owns its
+// handle (RAII), `Event` owns its event. No constructor takes a raw handle implicitly, and
+// integers / nullptr are rejected at compile time (use StreamRef::from_handle).
+//
+// Thread-safety: StreamRef is a value type (copy freely). Stream and Event objects may be
+// used from several threads for query/sync/wait/record; moving or destroying one must not
+// race with other uses. The current stream is per thread and per device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "cudakit/device.hpp"
+
+namespace cudakit {
+
+namespace detail {
+using StreamHandle = void*;
+using EventHandle = void*;
+}  // namespace detail
+
+class Event;
+
+class StreamRef {
+ public:
+  // Wraps a handle that someone else owns. `device` is where the stream lives; pass
+  // kCurrentDevice to ask the backend (cost: one driver call).
+  static StreamRef from_handle(detail::StreamHandle handle, int device = kCurrentDevice);
+  // The legacy default stream of `device`.
+  static StreamRef default_for(int device) noexcept { return StreamRef(nullptr, device); }
+
+  StreamRef(int) = delete;             // no accidental 0 → default stream
+  StreamRef(std::nullptr_t) = delete;
+
+  detail::StreamHandle handle() const noexcept { return handle_; }
+  int device() const noexcept { return device_; }
+  bool is_default() const noexcept { return handle_ == nullptr; }
+  // Unique, stable id for this stream within the process (handle value; 0 = default).
+  std::uint64_t id() const noexcept { return reinterpret_cast<std::uintptr_t>(handle_); }
+
+  bool ready() const;              // query(): all work done?
+  void sync() const;               // wait for all work (respects sync-debug mode)
+  void wait(const Event& event) const;   // later work waits for `event`
+  void wait(StreamRef other) const;      // later work waits for all current work on `other`
+  Event record_event() const;             // new event recorded here
+  int priority() const;
+  // Runs `fn` on a host thread once prior work is done; later work waits for it.
+  void launch_host_func(std::function<void()> fn) const;
+
+  friend bool operator==(StreamRef a, StreamRef b) noexcept {
+    return a.handle_ == b.handle_ && a.device_ == b.device_;
+  }
+
+ protected:
+  constexpr StreamRef(detail::StreamHandle h, int device) noexcept : handle_(h), device_(device) {}
+  detail::StreamHandle handle_;
+  int device_;
+};
+
+// An owning stream: created on construction, destroyed (after the device is done with it
+// is not required: CUDA defers) on destruction. Movable, not copyable.
+class Stream : public StreamRef {
+ public:
+  explicit Stream(int device = kCurrentDevice, int priority = 0, bool non_blocking = true);
+  ~Stream();
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  StreamRef ref() const noexcept { return *this; }
+  detail::StreamHandle release() noexcept;  // gives up ownership
+};
+
+// Event flags as torch.cuda.Event's arguments.
+struct EventOptions {
+  bool enable_timing = false;
+  bool blocking = false;
+  bool interprocess = false;
+};
+
+// An owning event. Like torch, the device event is created lazily on first record (on the
+// recording stream's device) unless created from an IPC handle.
+class Event {
+ public:
+  explicit Event(EventOptions options = {});
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(StreamRef stream);
+  void record();                  // on the current stream
+  void wait(StreamRef stream) const;  // stream waits for this event (no-op if never recorded)
+  bool query() const;             // true if completed or never recorded
+  void sync() const;              // blocks the host (respects sync-debug mode)
+  // Milliseconds between this event and `end`; both recorded, both with timing.
+  float elapsed_time(const Event& end) const;
+
+  struct IpcHandle {
+    unsigned char bytes[64];
+  };
+  IpcHandle ipc_handle() const;   // requires interprocess=True and a recorded event
+  static Event from_ipc_handle(int device, const IpcHandle& handle);
+
+  bool is_created() const noexcept { return handle_ != nullptr; }
+  detail::EventHandle handle() const noexcept { return handle_; }
+  int device() const noexcept { return device_; }  // -1 before the first record
+  const EventOptions& options() const noexcept { return options_; }
+
+ private:
+  unsigned backend_flags() const noexcept;
+  void create_on(int device);
+  EventOptions options_;
+  detail::EventHandle handle_ = nullptr;
+  int device_ = -1;
+};
+
+// Current stream of the calling thread for `device` (default stream until set).
+StreamRef current_stream(int device = kCurrentDevice);
+StreamRef default_stream(int device = kCurrentDevice);
+// Sets the current stream of the calling thread on the stream's device.
+void set_stream(StreamRef stream);
+// A stream from the per-device pool (round-robin, 32 per priority class, created lazily),
+// like torch's getStreamFromPool. priority < 0 selects the high-priority pool.
+StreamRef stream_from_pool(int device = kCurrentDevice, int priority = 0);
+// Wraps an externally created stream; the caller keeps it alive.
+StreamRef get_stream_from_external(std::uintptr_t data_ptr, int device = kCurrentDevice);
+
+// RAII: makes `stream` (and its device) current; restores both on destruction.
+class StreamGuard {
+ public:
+  explicit StreamGuard(StreamRef stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  StreamRef prev_stream_;  // previous current stream on the stream's device
+  int prev_device_;        // previous current device of the thread
+};
+
+}  // namespace cudakit
+
+template <>
+struct std::hash<cudakit::StreamRef> {
+  std::size_t operator()(cudakit::StreamRef s) const noexcept {
+    return std::hash<std::uint64_t>()(s.id()) ^ (static_cast<std::size_t>(s.device()) << 48);
+  }
+};

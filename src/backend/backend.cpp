@@ -1,0 +1,72 @@
+// Backend selection (CUDAKIT_BACKEND / select_backend) and the process-exit guard.
+#include "backend/backend.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail {
+namespace {
+
+std::mutex g_mutex;
+std::string g_selected;               // set by select_backend before creation
+std::atomic<Backend*> g_backend{nullptr};
+std::atomic<bool> g_shutting_down{false};
+
+void on_exit() { g_shutting_down.store(true, std::memory_order_release); }
+
+std::string name_from_env() {
+  const char* env = std::getenv("CUDAKIT_BACKEND");
+  return (env && *env) ? std::string(env) : std::string("cuda");
+}
+
+void validate(const std::string& name) {
+  if (name != "cuda" && name != "emulated") {
+    throw ValueError("unknown cudakit backend '" + name +
+                     "': set CUDAKIT_BACKEND (or cudakit.set_backend) to 'cuda' or 'emulated'");
+  }
+}
+
+}  // namespace
+
+bool is_shutting_down() noexcept { return g_shutting_down.load(std::memory_order_acquire); }
+
+std::string selected_backend_name() {
+  std::lock_guard lock(g_mutex);
+  if (Backend* b = g_backend.load()) return b->name();
+  return g_selected.empty() ? name_from_env() : g_selected;
+}
+
+void select_backend(const std::string& name) {
+  validate(name);
+  std::lock_guard lock(g_mutex);
+  if (Backend* b = g_backend.load()) {
+    if (name != b->name()) {
+      throw Error("cudakit backend '" + std::string(b->name()) +
+                  "' is already in use; select '" + name +
+                  "' before the first device call (or set CUDAKIT_BACKEND)");
+    }
+    return;
+  }
+  g_selected = name;
+}
+
+bool backend_created() noexcept { return g_backend.load(std::memory_order_acquire) != nullptr; }
+
+Backend& backend() {
+  if (Backend* b = g_backend.load(std::memory_order_acquire)) return *b;
+  std::lock_guard lock(g_mutex);
+  if (Backend* b = g_backend.load()) return *b;
+  std::string name = g_selected.empty() ? name_from_env() : g_selected;
+  validate(name);
+  // Leaked on purpose: device handles must never be released during static destruction.
+  Backend* created = (name == "emulated") ? make_emulated_backend().release()
+                                          : make_cuda_backend().release();
+  std::atexit(on_exit);
+  g_backend.store(created, std::memory_order_release);
+  return *created;
+}
+
+}  // namespace cudakit::detail

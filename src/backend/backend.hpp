@@ -1,0 +1,206 @@
+// The driver seam: the one narrow interface between cudakit and a device runtime.
+//
+// Everything above this file (devices, streams, memory, graphs, tensors, ...) is
+// backend-agnostic and talks to the device only through `detail::Backend`. Two
+// implementations exist:
+//   * cuda     (src/backend/cuda)     — the CUDA driver API, resolved lazily with dlopen.
+//   * emulated (src/backend/emulated) — host memory + host threads, for CI and GPU-less
+//                                       development.
+// The backend is chosen once, explicitly: CUDAKIT_BACKEND=cuda|emulated (default cuda), or
+// cudakit::set_backend("emulated") before the first device call. Never a silent fallback.
+//
+// Conventions for every method:
+//   * Errors throw cudakit::AcceleratorError with a CUresult-numbered code (error.hpp).
+//     Exception: allocation methods return nullptr / 0 on out-of-memory, so the caching
+//     allocator can free cached blocks and retry before it reports.
+//   * Device indices are the backend's visible ordinals (CUDA_VISIBLE_DEVICES applied).
+//   * A null StreamHandle means "the legacy default stream of the calling thread's current
+//     device" (as in CUDA). The layer above sets the current device before calling.
+//   * Methods are thread-safe unless noted.
+//   * Nothing here may be called during static destruction: handles owned by objects that
+//     outlive main() must skip their destroy call when detail::is_shutting_down().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cudakit::detail {
+
+using StreamHandle = void*;     // CUstream on cuda
+using EventHandle = void*;      // CUevent on cuda
+using GraphHandle = void*;      // CUgraph on cuda
+using GraphExecHandle = void*;  // CUgraphExec on cuda
+using PhysMemHandle = std::uint64_t;  // CUmemGenericAllocationHandle on cuda
+
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;
+  std::size_t total_memory = 0;
+  int multi_processor_count = 0;
+  int l2_cache_size = 0;
+  int max_threads_per_multi_processor = 0;
+  int max_threads_per_block = 0;
+  int warp_size = 32;
+  int regs_per_multiprocessor = 0;
+  std::size_t shared_memory_per_block = 0;
+  std::size_t shared_memory_per_block_optin = 0;
+  std::size_t shared_memory_per_multiprocessor = 0;
+  int clock_rate_khz = 0;
+  int memory_clock_rate_khz = 0;
+  int memory_bus_width = 0;
+  bool is_integrated = false;
+  bool is_multi_gpu_board = false;
+  int pci_bus_id = 0, pci_device_id = 0, pci_domain_id = 0;
+  unsigned char uuid[16] = {};
+};
+
+struct MemInfo {
+  std::size_t free = 0, total = 0;
+};
+
+// Stream creation flags.
+inline constexpr unsigned kStreamNonBlocking = 0x1;  // CU_STREAM_NON_BLOCKING
+// Event creation flags (bit-compatible with CUevent_flags).
+inline constexpr unsigned kEventBlockingSync = 0x1;
+inline constexpr unsigned kEventDisableTiming = 0x2;
+inline constexpr unsigned kEventInterprocess = 0x4;
+
+enum class CaptureMode { global = 0, thread_local_ = 1, relaxed = 2 };
+enum class CaptureStatus { none = 0, active = 1, invalidated = 2 };
+
+struct IpcHandle {  // 64 opaque bytes, as CUipcEventHandle / CUipcMemHandle
+  unsigned char bytes[64] = {};
+};
+
+enum class GraphNodeType { kernel, memcpy, memset, host, graph, empty, wait_event,
+                           event_record, mem_alloc, mem_free, other };
+
+struct GraphNodeInfo {
+  std::uint64_t id = 0;       // stable within the graph (tools id on cuda if available)
+  GraphNodeType type = GraphNodeType::other;
+  std::string label;          // kernel name / "host" / ...
+};
+
+struct GraphEdge {
+  std::uint64_t from = 0, to = 0;
+};
+
+// A unit of host work enqueued on a stream (host functions, and built-in ops on emulated).
+using HostTask = std::function<void()>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- identity / availability (never throw) ----
+  virtual const char* name() const noexcept = 0;  // "cuda" or "emulated"
+  virtual int device_count() noexcept = 0;        // 0 when no driver/GPU
+  virtual std::string unavailable_reason() noexcept = 0;  // "" when available
+  virtual int driver_version() noexcept = 0;      // e.g. 13000; 0 if none
+
+  // ---- devices ----
+  // Makes `device` current for the calling thread (retaining its primary context on cuda).
+  virtual void set_current_device(int device) = 0;
+  virtual int current_device() = 0;  // the calling thread's current device (default 0)
+  virtual DeviceInfo device_info(int device) = 0;
+  virtual MemInfo mem_get_info(int device) = 0;
+  virtual void device_synchronize(int device) = 0;
+  virtual bool can_access_peer(int device, int peer) = 0;
+  virtual void enable_peer_access(int device, int peer) = 0;  // idempotent
+  virtual std::pair<int, int> stream_priority_range() = 0;    // {least, greatest}
+
+  // ---- telemetry (NVML on cuda; throws NotSupportedError where a backend cannot measure) --
+  virtual int utilization_percent(int device) = 0;       // GPU busy % over last sample
+  virtual int memory_utilization_percent(int device) = 0;  // memory-controller busy %
+  virtual int temperature_c(int device) = 0;
+  virtual int power_draw_mw(int device) = 0;
+  virtual int clock_rate_mhz(int device) = 0;            // current SM clock
+  virtual std::size_t device_memory_used(int device) = 0;  // bytes used, all processes
+  struct ProcessMemory { int pid = 0; std::size_t used_bytes = 0; };
+  virtual std::vector<ProcessMemory> gpu_processes(int device) = 0;
+
+  // ---- memory (return nullptr/0 on out-of-memory; throw on other errors) ----
+  virtual void* mem_alloc(int device, std::size_t bytes) = 0;
+  virtual void mem_free(int device, void* ptr) = 0;
+  virtual void* host_alloc_pinned(std::size_t bytes) = 0;
+  virtual void host_free_pinned(void* ptr) = 0;
+  // Stream-ordered allocation (cudaMallocAsync backend).
+  virtual void* mem_alloc_async(int device, std::size_t bytes, StreamHandle s) = 0;
+  virtual void mem_free_async(void* ptr, StreamHandle s) = 0;
+  // Virtual memory ("expandable segments").
+  virtual std::size_t vm_granularity(int device) = 0;
+  virtual std::uintptr_t vm_reserve(int device, std::size_t bytes) = 0;  // 0 on failure
+  virtual void vm_release(std::uintptr_t va, std::size_t bytes) = 0;
+  virtual PhysMemHandle vm_create(int device, std::size_t bytes) = 0;    // 0 on OOM
+  virtual void vm_destroy(PhysMemHandle h) = 0;
+  // Maps h at va (bytes long) and grants read/write access to `device`.
+  virtual void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) = 0;
+  virtual void vm_unmap(std::uintptr_t va, std::size_t bytes) = 0;
+  // Device owning a pointer, or -1 for host/unknown memory.
+  virtual int pointer_device(const void* ptr) = 0;
+
+  // ---- copies (unified addressing: any direction) ----
+  virtual void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) = 0;
+  virtual void memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
+                               StreamHandle s) = 0;
+
+  // ---- streams ----
+  virtual StreamHandle stream_create(int device, int priority, unsigned flags) = 0;
+  virtual void stream_destroy(StreamHandle s) = 0;
+  virtual bool stream_query(StreamHandle s) = 0;  // true when all work is done
+  virtual void stream_synchronize(StreamHandle s) = 0;
+  virtual void stream_wait_event(StreamHandle s, EventHandle e) = 0;
+  virtual int stream_priority(StreamHandle s) = 0;
+  virtual int stream_device(StreamHandle s) = 0;  // device a (possibly foreign) stream is on
+  // Runs `task` on the host once all prior work in `s` is done; later work in `s` waits.
+  virtual void launch_host_task(StreamHandle s, HostTask task) = 0;
+
+  // ---- events ----
+  virtual EventHandle event_create(int device, unsigned flags) = 0;
+  virtual void event_destroy(EventHandle e) = 0;
+  virtual void event_record(EventHandle e, StreamHandle s) = 0;
+  virtual bool event_query(EventHandle e) = 0;
+  virtual void event_synchronize(EventHandle e) = 0;
+  virtual float event_elapsed_ms(EventHandle start, EventHandle end) = 0;
+  virtual IpcHandle event_ipc_handle(EventHandle e) = 0;
+  virtual EventHandle event_open_ipc(const IpcHandle& h) = 0;
+  virtual IpcHandle mem_ipc_handle(void* ptr) = 0;
+  virtual void* mem_open_ipc(const IpcHandle& h) = 0;
+  virtual void mem_close_ipc(void* ptr) = 0;
+
+  // ---- stream capture and graphs ----
+  virtual void stream_begin_capture(StreamHandle s, CaptureMode mode) = 0;
+  virtual GraphHandle stream_end_capture(StreamHandle s) = 0;
+  // Status of capture on `s`; *capture_id set when active.
+  virtual CaptureStatus stream_capture_status(StreamHandle s, std::uint64_t* capture_id) = 0;
+  virtual GraphExecHandle graph_instantiate(GraphHandle g) = 0;
+  virtual void graph_launch(GraphExecHandle g, StreamHandle s) = 0;
+  virtual void graph_destroy(GraphHandle g) = 0;
+  virtual void graph_exec_destroy(GraphExecHandle g) = 0;
+  virtual std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) = 0;
+  virtual std::vector<GraphEdge> graph_edges(GraphHandle g) = 0;
+  virtual void graph_debug_dot_print(GraphHandle g, const std::string& path) = 0;
+};
+
+// The process's backend, created on first use from CUDAKIT_BACKEND. Never throws for an
+// unavailable cuda driver (device_count() is 0); throws ValueError for an unknown name.
+Backend& backend();
+// True when the backend object exists (so shutdown paths never create one).
+bool backend_created() noexcept;
+// Selects the backend by name before first use; throws if a different one is already in use.
+void select_backend(const std::string& name);
+// Name selected (from select_backend or the environment) without creating the backend.
+std::string selected_backend_name();
+
+// Set by an atexit handler: after it, destructors skip device calls (no CUDA at exit).
+bool is_shutting_down() noexcept;
+
+// Factories implemented by each backend directory.
+std::unique_ptr<Backend> make_cuda_backend();
+std::unique_ptr<Backend> make_emulated_backend();
+
+}  // namespace cudakit::detail
