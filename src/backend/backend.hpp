@@ -35,6 +35,12 @@ using EventHandle = void*;      // CUevent on cuda
 using GraphHandle = void*;      // CUgraph on cuda
 using GraphExecHandle = void*;  // CUgraphExec on cuda
 using PhysMemHandle = std::uint64_t;  // CUmemGenericAllocationHandle on cuda
+using ModuleHandle = void*;     // CUmodule on cuda
+using FunctionHandle = void*;   // CUfunction on cuda
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
 
 struct DeviceInfo {
   std::string name;
@@ -171,6 +177,14 @@ class Backend {
   virtual IpcHandle mem_ipc_handle(void* ptr) = 0;
   virtual void* mem_open_ipc(const IpcHandle& h) = 0;
   virtual void mem_close_ipc(void* ptr) = 0;
+
+  // ---- kernels (cuda only: the emulated backend throws NotSupportedError naming the call) --
+  // Loads a fatbin/cubin/PTX image into `device`'s primary context.
+  virtual ModuleHandle module_load_data(int device, const void* image) = 0;
+  virtual void module_unload(ModuleHandle m) = 0;
+  virtual FunctionHandle module_get_function(ModuleHandle m, const char* name) = 0;
+  virtual void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
+                             StreamHandle s, void** args) = 0;
 
   // ---- stream capture and graphs ----
   virtual void stream_begin_capture(StreamHandle s, CaptureMode mode) = 0;
