@@ -1,0 +1,70 @@
+"""cudakit: torch.cuda's runtime services without libtorch.
+
+The names below mirror ``torch.cuda`` (same signatures and semantics). Importing cudakit
+never touches the driver: the backend initialises lazily on the first device call.
+Backends: ``cuda`` (default) or ``emulated`` (host threads/memory, for CI and GPU-less
+development), chosen with ``CUDAKIT_BACKEND`` or :func:`set_backend` before first use.
+"""
+from __future__ import annotations
+
+import warnings as _warnings
+
+from . import _C
+from ._C import (  # noqa: F401  (re-exported API)
+    AcceleratorError,
+    Device,
+    Event,
+    ExternalStream,
+    OutOfMemoryError,
+    Stream,
+    StreamContext,
+    backend_name,
+    can_device_access_peer,
+    check_error,
+    clock_rate,
+    current_device,
+    current_stream,
+    default_stream,
+    device_count,
+    device_memory_used,
+    driver_version,
+    get_arch_list,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
+    get_gencode_flags,
+    get_stream_from_external,
+    init,
+    is_available,
+    is_bf16_supported,
+    is_initialized,
+    is_tf32_supported,
+    memory_usage,
+    power_draw,
+    set_backend,
+    set_device,
+    set_stream,
+    stream,
+    synchronize,
+    temperature,
+    utilization,
+)
+from ._device import (  # noqa: F401
+    _get_device_index,
+    cudart,
+    current_blas_handle,
+    current_solver_handle,
+    device,
+    device_of,
+    get_sync_debug_mode,
+    set_sync_debug_mode,
+)
+
+_C._set_sync_warning_handler(lambda msg: _warnings.warn(msg, UserWarning, stacklevel=3))
+
+# ---- modules owned by other sections (imported if present in this build) ----
+# memory
+# random
+# tensor
+
+__version__ = "0.1.0"

@@ -1,0 +1,72 @@
+// cudakit._C: runs every registered binding in order and maps C++ exceptions onto Python
+// exceptions with torch.cuda's names.
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cudakit/error.hpp"
+#include "registry.hpp"
+
+namespace cudakit::python {
+namespace {
+
+struct Entry {
+  const char* name;
+  int order;
+  BindFn fn;
+};
+std::vector<Entry>& entries() {
+  static std::vector<Entry> e;
+  return e;
+}
+
+}  // namespace
+
+Registrar::Registrar(const char* name, int order, BindFn fn) {
+  entries().push_back({name, order, fn});
+}
+
+}  // namespace cudakit::python
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "cudakit native core (see cudakit/__init__.py for the public API)";
+
+  // Exceptions: AcceleratorError(RuntimeError) and OutOfMemoryError(RuntimeError), as torch.
+  static py::exception<cudakit::AcceleratorError> accel_exc(m, "AcceleratorError",
+                                                            PyExc_RuntimeError);
+  static py::exception<cudakit::OutOfMemoryError> oom_exc(m, "OutOfMemoryError",
+                                                          PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const cudakit::OutOfMemoryError& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(oom_exc.ptr())(e.what());
+      exc.attr("device") = e.device();
+      exc.attr("requested_bytes") = e.requested_bytes();
+      exc.attr("free_bytes") = e.free_bytes();
+      exc.attr("total_bytes") = e.total_bytes();
+      exc.attr("code") = e.code();
+      PyErr_SetObject(oom_exc.ptr(), exc.ptr());
+    } catch (const cudakit::AcceleratorError& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(accel_exc.ptr())(e.what());
+      exc.attr("code") = e.code();
+      exc.attr("code_name") = e.code_name();
+      PyErr_SetObject(accel_exc.ptr(), exc.ptr());
+    } catch (const cudakit::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const cudakit::NotSupportedError& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
+    } catch (const cudakit::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  auto& list = cudakit::python::entries();
+  std::stable_sort(list.begin(), list.end(),
+                   [](const auto& a, const auto& b) { return a.order < b.order; });
+  for (const auto& e : list) e.fn(m);
+}

@@ -1,0 +1,277 @@
+// Device selection, initialisation, fork safety and properties.
+#include "cudakit/device.hpp"
+
+#include <pthread.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.hpp"
+#include "cudakit/error.hpp"
+#include "devices/sync_debug.hpp"
+
+namespace cudakit {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_in_bad_fork{false};
+std::atomic<int> g_device_count{-1};
+std::once_flag g_atfork_once;
+
+void mark_bad_fork_in_child() {
+  if (g_initialized.load()) g_in_bad_fork.store(true);
+}
+
+struct PropertiesCache {
+  std::array<std::once_flag, kMaxDevices> once;
+  std::array<std::unique_ptr<DeviceProperties>, kMaxDevices> props;
+};
+PropertiesCache& properties_cache() {
+  static auto* cache = new PropertiesCache();  // leaked: read during exit paths too
+  return *cache;
+}
+
+std::string format_uuid(const unsigned char (&u)[16]) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf,
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                u[14], u[15]);
+  return buf;
+}
+
+}  // namespace
+
+namespace detail {
+
+int cached_device_count() noexcept {
+  int n = g_device_count.load(std::memory_order_relaxed);
+  if (n >= 0) return n;
+  try {
+    n = backend().device_count();
+  } catch (...) {
+    n = 0;
+  }
+  g_device_count.store(n, std::memory_order_relaxed);
+  return n;
+}
+
+void ensure_initialized() {
+  if (g_initialized.load(std::memory_order_acquire)) {
+    if (g_in_bad_fork.load(std::memory_order_relaxed)) {
+      throw Error(
+          "Cannot re-initialize CUDA in forked subprocess: the parent process initialised "
+          "cudakit before fork(). Use the 'spawn' or 'forkserver' multiprocessing start "
+          "method, or do not touch the device in the parent before forking");
+    }
+    return;
+  }
+  init();
+}
+
+}  // namespace detail
+
+std::string backend_name() { return detail::selected_backend_name(); }
+void set_backend(const std::string& name) { detail::select_backend(name); }
+
+int device_count() noexcept { return detail::cached_device_count(); }
+bool is_available() noexcept { return device_count() > 0; }
+bool is_initialized() noexcept {
+  return g_initialized.load(std::memory_order_acquire) && !g_in_bad_fork.load();
+}
+
+void init() {
+  if (g_in_bad_fork.load()) {
+    throw Error(
+        "Cannot re-initialize CUDA in forked subprocess: the parent process initialised "
+        "cudakit before fork(). Use the 'spawn' or 'forkserver' multiprocessing start "
+        "method");
+  }
+  if (g_initialized.load(std::memory_order_acquire)) return;
+  auto& be = detail::backend();
+  if (detail::cached_device_count() == 0) {
+    std::string reason = be.unavailable_reason();
+    throw AcceleratorError(errc::no_device, error_code_name(errc::no_device),
+                           "cudakit: no device available on the '" + std::string(be.name()) +
+                               "' backend" + (reason.empty() ? "" : ": " + reason) +
+                               ". For development without a GPU set CUDAKIT_BACKEND=emulated");
+  }
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, mark_bad_fork_in_child); });
+  g_initialized.store(true, std::memory_order_release);
+}
+
+int resolve_device(int device) {
+  if (device == kCurrentDevice) return current_device();
+  detail::ensure_initialized();
+  int n = detail::cached_device_count();
+  if (device < 0 || device >= n) {
+    throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit sees " +
+                     std::to_string(n) + " device(s) on the '" + backend_name() +
+                     "' backend; valid indices are 0.." + std::to_string(n - 1) +
+                     " (CUDA_VISIBLE_DEVICES / CUDAKIT_EMULATED_DEVICES decide which exist)");
+  }
+  return device;
+}
+
+int current_device() {
+  detail::ensure_initialized();
+  return detail::backend().current_device();
+}
+
+void set_device(int device) {
+  device = resolve_device(device);
+  detail::backend().set_current_device(device);
+}
+
+DeviceGuard::DeviceGuard(int device) : prev_(current_device()), cur_(resolve_device(device)) {
+  if (cur_ != prev_) detail::backend().set_current_device(cur_);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (cur_ != prev_ && !detail::is_shutting_down()) {
+    try {
+      detail::backend().set_current_device(prev_);
+    } catch (...) {
+    }
+  }
+}
+
+int device_of_pointer(const void* ptr) {
+  detail::ensure_initialized();
+  return detail::backend().pointer_device(ptr);
+}
+
+const DeviceProperties& get_device_properties(int device) {
+  device = resolve_device(device);
+  auto& cache = properties_cache();
+  std::call_once(cache.once[device], [&] {
+    auto& be = detail::backend();
+    detail::DeviceInfo info = be.device_info(device);
+    auto p = std::make_unique<DeviceProperties>();
+    p->name = info.name;
+    p->major = info.major;
+    p->minor = info.minor;
+    p->total_memory = info.total_memory;
+    p->multi_processor_count = info.multi_processor_count;
+    p->L2_cache_size = info.l2_cache_size;
+    p->max_threads_per_multi_processor = info.max_threads_per_multi_processor;
+    p->max_threads_per_block = info.max_threads_per_block;
+    p->warp_size = info.warp_size;
+    p->regs_per_multiprocessor = info.regs_per_multiprocessor;
+    p->shared_memory_per_block = info.shared_memory_per_block;
+    p->shared_memory_per_block_optin = info.shared_memory_per_block_optin;
+    p->shared_memory_per_multiprocessor = info.shared_memory_per_multiprocessor;
+    p->clock_rate = info.clock_rate_khz;
+    p->memory_clock_rate = info.memory_clock_rate_khz;
+    p->memory_bus_width = info.memory_bus_width;
+    p->is_integrated = info.is_integrated;
+    p->is_multi_gpu_board = info.is_multi_gpu_board;
+    p->pci_bus_id = info.pci_bus_id;
+    p->pci_device_id = info.pci_device_id;
+    p->pci_domain_id = info.pci_domain_id;
+    p->uuid = format_uuid(info.uuid);
+    p->backend = be.name();
+    cache.props[device] = std::move(p);
+  });
+  return *cache.props[device];
+}
+
+std::string get_device_name(int device) { return get_device_properties(device).name; }
+
+std::pair<int, int> get_device_capability(int device) {
+  const auto& p = get_device_properties(device);
+  return {p.major, p.minor};
+}
+
+std::vector<std::string> get_arch_list() {
+  if (!is_available()) return {};
+  std::vector<std::string> out;
+#ifdef CUDAKIT_CUDA_ARCH_LIST
+  std::string list = CUDAKIT_CUDA_ARCH_LIST;  // e.g. "90;80"
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t next = list.find(';', pos);
+    std::string a = list.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (!a.empty()) out.push_back("sm_" + a);
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+#endif
+  return out;
+}
+
+std::string get_gencode_flags() {
+  std::string flags;
+  for (const auto& arch : get_arch_list()) {
+    std::string num = arch.substr(3);
+    if (!flags.empty()) flags += ' ';
+    flags += "-gencode compute=compute_" + num + ",code=" + arch;
+  }
+  return flags;
+}
+
+bool is_bf16_supported(bool including_emulation) {
+  if (!is_available()) return false;
+  if (backend_name() == "emulated") return true;  // CPU implementations handle bf16
+  return get_device_capability().first >= 8 || including_emulation;
+}
+
+bool is_tf32_supported() {
+  if (!is_available()) return false;
+  if (backend_name() == "emulated") return false;  // reference matmul is full fp32
+  return get_device_capability().first >= 8;
+}
+
+void synchronize(int device) {
+  device = resolve_device(device);
+  detail::on_synchronizing_call("cudakit::synchronize");
+  DeviceGuard guard(device);
+  detail::backend().device_synchronize(device);
+}
+
+bool can_device_access_peer(int device, int peer_device) {
+  device = resolve_device(device);
+  peer_device = resolve_device(peer_device);
+  if (device == peer_device) return false;  // torch: a device is not its own peer
+  return detail::backend().can_access_peer(device, peer_device);
+}
+
+void enable_peer_access(int device, int peer_device) {
+  device = resolve_device(device);
+  peer_device = resolve_device(peer_device);
+  detail::backend().enable_peer_access(device, peer_device);
+}
+
+std::pair<std::size_t, std::size_t> mem_get_info(int device) {
+  device = resolve_device(device);
+  auto info = detail::backend().mem_get_info(device);
+  return {info.free, info.total};
+}
+
+int utilization(int device) { return detail::backend().utilization_percent(resolve_device(device)); }
+int memory_usage(int device) {
+  return detail::backend().memory_utilization_percent(resolve_device(device));
+}
+int temperature(int device) { return detail::backend().temperature_c(resolve_device(device)); }
+int power_draw(int device) { return detail::backend().power_draw_mw(resolve_device(device)); }
+int clock_rate(int device) { return detail::backend().clock_rate_mhz(resolve_device(device)); }
+std::size_t device_memory_used(int device) {
+  return detail::backend().device_memory_used(resolve_device(device));
+}
+
+void check_error(int code) { throw_accelerator_error(code, "cudakit.check_error"); }
+
+int driver_version() noexcept {
+  try {
+    return detail::backend().driver_version();
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // namespace cudakit

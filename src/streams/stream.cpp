@@ -1,0 +1,182 @@
+// StreamRef / Stream, the per-thread current stream and the per-device stream pools.
+#include "cudakit/stream.hpp"
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cudakit/error.hpp"
+#include "devices/sync_debug.hpp"
+
+namespace cudakit {
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr int kPoolSize = 32;      // streams per priority level, as torch
+constexpr int kMaxPriorityLevels = 8;
+
+// Current stream per device for this thread; nullptr = legacy default stream.
+thread_local std::array<detail::StreamHandle, kMaxDevices> tls_current{};
+
+struct PriorityPool {
+  std::once_flag once;
+  std::array<detail::StreamHandle, kPoolSize> streams{};
+  std::atomic<unsigned> next{0};
+};
+struct DevicePools {
+  std::array<PriorityPool, kMaxPriorityLevels> levels;  // level k = priority -k
+};
+DevicePools& pools(int device) {
+  static auto* all = new std::array<DevicePools, kMaxDevices>();  // leaked on purpose
+  return (*all)[device];
+}
+
+int checked_device(int device) {
+  int d = resolve_device(device);
+  if (d >= kMaxDevices) throw ValueError("cudakit supports at most 64 devices per process");
+  return d;
+}
+
+// Runs fn with `device` current when the stream handle is the legacy default stream (the
+// null handle is resolved by the driver against the current context).
+template <class Fn>
+auto on_device_of(StreamRef s, Fn&& fn) {
+  if (s.is_default() && s.device() >= 0 && s.device() != detail::backend().current_device()) {
+    DeviceGuard guard(s.device());
+    return fn();
+  }
+  return fn();
+}
+
+}  // namespace
+
+StreamRef StreamRef::from_handle(detail::StreamHandle handle, int device) {
+  if (device == kCurrentDevice) {
+    device = handle ? detail::backend().stream_device(handle) : current_device();
+  }
+  return StreamRef(handle, device);
+}
+
+bool StreamRef::ready() const {
+  return on_device_of(*this, [&] { return detail::backend().stream_query(handle_); });
+}
+
+void StreamRef::sync() const {
+  detail::on_synchronizing_call("Stream.synchronize");
+  on_device_of(*this, [&] { detail::backend().stream_synchronize(handle_); });
+}
+
+void StreamRef::wait(const Event& event) const {
+  if (!event.is_created()) return;  // never recorded: nothing to wait for (as torch)
+  on_device_of(*this, [&] { detail::backend().stream_wait_event(handle_, event.handle()); });
+}
+
+void StreamRef::wait(StreamRef other) const {
+  if (other == *this) return;
+  Event marker;  // no timing: cheapest event kind
+  marker.record(other);
+  wait(marker);
+}
+
+Event StreamRef::record_event() const {
+  Event e;
+  e.record(*this);
+  return e;
+}
+
+int StreamRef::priority() const {
+  if (handle_ == nullptr) return 0;
+  return detail::backend().stream_priority(handle_);
+}
+
+void StreamRef::launch_host_func(std::function<void()> fn) const {
+  on_device_of(*this, [&] { detail::backend().launch_host_task(handle_, std::move(fn)); });
+}
+
+Stream::Stream(int device, int priority, bool non_blocking)
+    : StreamRef(nullptr, checked_device(device)) {
+  handle_ = detail::backend().stream_create(device_, priority,
+                                            non_blocking ? detail::kStreamNonBlocking : 0u);
+}
+
+Stream::~Stream() {
+  if (handle_ && !detail::is_shutting_down()) {
+    try {
+      detail::backend().stream_destroy(handle_);
+    } catch (...) {
+    }
+  }
+}
+
+Stream::Stream(Stream&& other) noexcept : StreamRef(other.release(), other.device_) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    Stream tmp(std::move(*this));  // destroys our old handle
+    device_ = other.device_;
+    handle_ = other.release();
+  }
+  return *this;
+}
+
+detail::StreamHandle Stream::release() noexcept {
+  detail::StreamHandle h = handle_;
+  handle_ = nullptr;
+  return h;
+}
+
+StreamRef current_stream(int device) {
+  int d = device == kCurrentDevice ? current_device() : checked_device(device);
+  return StreamRef::from_handle(tls_current[d], d);
+}
+
+StreamRef default_stream(int device) { return StreamRef::default_for(checked_device(device)); }
+
+void set_stream(StreamRef stream) {
+  if (stream.device() < 0 || stream.device() >= kMaxDevices) {
+    throw ValueError("set_stream: stream has no valid device");
+  }
+  tls_current[stream.device()] = stream.handle();
+}
+
+StreamRef stream_from_pool(int device, int priority) {
+  int d = checked_device(device);
+  auto& be = detail::backend();
+  auto [least, greatest] = be.stream_priority_range();
+  // Lower number = higher priority. Clamp into the device's range.
+  int p = priority > least ? least : priority;
+  if (p < greatest) p = greatest;
+  int level = least - p;
+  if (level >= kMaxPriorityLevels) level = kMaxPriorityLevels - 1;
+  PriorityPool& pool = pools(d).levels[level];
+  std::call_once(pool.once, [&] {
+    for (auto& s : pool.streams) s = be.stream_create(d, p, detail::kStreamNonBlocking);
+  });
+  unsigned i = pool.next.fetch_add(1, std::memory_order_relaxed) % kPoolSize;
+  return StreamRef::from_handle(pool.streams[i], d);
+}
+
+StreamRef get_stream_from_external(std::uintptr_t data_ptr, int device) {
+  detail::ensure_initialized();
+  return StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(data_ptr), device);
+}
+
+StreamGuard::StreamGuard(StreamRef stream)
+    : prev_stream_(current_stream(stream.device())), prev_device_(current_device()) {
+  if (stream.device() != prev_device_) detail::backend().set_current_device(stream.device());
+  tls_current[stream.device()] = stream.handle();
+}
+
+StreamGuard::~StreamGuard() {
+  tls_current[prev_stream_.device()] = prev_stream_.handle();
+  if (prev_stream_.device() != prev_device_ && !detail::is_shutting_down()) {
+    try {
+      detail::backend().set_current_device(prev_device_);
+    } catch (...) {
+    }
+  }
+}
+
+}  // namespace cudakit
