@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# GPU check (run on the H200 machine through the device tool):
+#   scripts/gpu-check.sh OUTDIR [--quick]
+# Builds with the machine's own toolchain, runs the whole test suite on the cuda backend and
+# on the emulated backend, runs the benchmarks (side by side with torch where there is an
+# anchor), and writes logs plus summary.md into OUTDIR (at most 8 files).
+set -uo pipefail
+OUT=${1:?usage: gpu-check.sh OUTDIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+BUILD=${BUILD_DIR:-build-gpu}
+PY=$(command -v python3)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+summary="$OUT/summary.md"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+say "# cudakit GPU check — $(date -u +%F' '%T) UTC, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say ""
+say '```'
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
+say '```'
+
+t0=$(date +%s)
+{
+  cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DCMAKE_BUILD_TYPE=Release \
+        -DCUDAKIT_TEST_BACKEND=cuda &&
+  cmake --build "$BUILD" -j "$(nproc)"
+} > "$OUT/build.log" 2>&1
+build_rc=$?
+say "| step | result | seconds |"
+say "|---|---|---|"
+say "| build | $([ $build_rc = 0 ] && echo ok || echo FAILED) | $(( $(date +%s) - t0 )) |"
+if [ $build_rc != 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+
+run_suite() {  # backend
+  local be=$1 t=$(date +%s)
+  cmake -S . -B "$BUILD" -DCUDAKIT_TEST_BACKEND="$be" > /dev/null
+  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 600 > "$OUT/test-$be.log" 2>&1
+  local rc=$?
+  local line; line=$(grep -E "tests passed|tests failed" "$OUT/test-$be.log" | tail -1)
+  say "| tests ($be) | ${line:-rc=$rc} | $(( $(date +%s) - t )) |"
+  # pytest details (passed/skipped/failed counts)
+  local py; py=$(grep -E "^[0-9]+ (passed|failed)|passed|failed" "$OUT/test-$be.log" | grep -E "in [0-9.]+s" | tail -1)
+  [ -n "$py" ] && say "| pytest ($be) | $py | |"
+}
+run_suite cuda
+run_suite emulated
+
+t=$(date +%s)
+{
+  echo "## C++ stream/event benchmarks (cuda backend)"
+  for b in "$BUILD"/bench/bench_*; do
+    [ -x "$b" ] || continue
+    echo "### $(basename "$b")"
+    CUDAKIT_BACKEND=cuda timeout 300 "$b" --benchmark_min_time=0.2 2>&1
+  done
+  echo "## Python benchmarks (cuda backend, side by side with torch)"
+  for s in bench/python/bench_*.py; do
+    echo "### $s"
+    CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1
+  done
+} > "$OUT/bench.log" 2>&1
+say "| benchmarks | see bench.log | $(( $(date +%s) - t )) |"
+say ""
+grep -E "^\|" "$OUT/bench.log" | tee -a "$summary" > /dev/null
+echo "summary written to $summary"
