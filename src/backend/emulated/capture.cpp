@@ -1,0 +1,263 @@
+// Stream capture, CUDA semantics (all bookkeeping under capture_mu_):
+//  * begin_capture(s) starts a session with s as origin; work enqueued on a capturing stream
+//    (memcpy, memset, host tasks, graph launches, external event waits, mem_alloc/free_async)
+//    becomes a graph node depending on the stream's current "tail" instead of running.
+//  * event_record on a capturing stream creates no node: the event remembers the stream's
+//    tail (fork point). stream_wait_event(B, that event): if B is not capturing, B joins the
+//    session with that tail (fork); if B is in the session, the tail is merged (join).
+//    Waiting on an event recorded outside any capture records a wait_event node (an
+//    "external" wait that, at replay, waits for the event's latest record).
+//  * end_capture must be called on the origin; every joined stream's tail must be an
+//    ancestor of the origin's tail, else CUDA_ERROR_STREAM_CAPTURE_UNJOINED (the capture
+//    ends for all its streams either way).
+//  * Illegal operations invalidate the session (later enqueues and end_capture then fail
+//    with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): stream_query/stream_synchronize of a
+//    capturing stream (CAPTURE_UNSUPPORTED), device_synchronize during a global capture or
+//    from the capturing thread (UNSUPPORTED), any use of the legacy default stream of a
+//    device while a blocking stream of that device is capturing, whatever the mode
+//    (CAPTURE_IMPLICIT), joining two different captures (CAPTURE_ISOLATION).
+//  * The capture mode is stored; mem_alloc outside capture is not restricted in global mode.
+#include <algorithm>
+
+#include "backend/emulated/state.hpp"
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail::emulated {
+namespace {
+constexpr int kCapturedEvent = 907;
+}
+
+void EmulatedBackend::invalidate_locked(CaptureSession& c) { c.invalidated = true; }
+
+void EmulatedBackend::end_session_locked(CaptureSession& c) {
+  if (c.ended) return;
+  c.ended = true;
+  for (auto& st : c.streams) {
+    st->capturing.store(false, std::memory_order_release);
+    st->cap_tail.clear();
+    st->cap.reset();
+  }
+  c.streams.clear();  // captured events may keep the session alive; not its streams
+  sessions_.erase(&c);
+  active_captures_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void EmulatedBackend::record_node_locked(Stream& s, GraphNodeType type,
+                                         const std::string& label, HostTask&& fn) {
+  CaptureSession& c = *s.cap;
+  if (c.invalidated) {
+    fail(errc::stream_capture_invalidated,
+         "the stream capture was invalidated by an earlier illegal operation; end the capture "
+         "and start it again");
+  }
+  GraphNode n;
+  n.id = c.graph->nodes.size();
+  n.type = type;
+  n.label = label;
+  n.fn = std::move(fn);
+  n.deps = s.cap_tail;
+  s.cap_tail.assign(1, n.id);
+  c.graph->nodes.push_back(std::move(n));
+}
+
+bool EmulatedBackend::capture_node(Stream& s, GraphNodeType type, const std::string& label,
+                                   HostTask&& fn) {
+  if (!s.capturing.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(capture_mu_);
+  if (!s.cap) return false;
+  record_node_locked(s, type, label, std::move(fn));
+  return true;
+}
+
+void EmulatedBackend::check_legacy_implicit(Device& d, const char* what) {
+  if (active_captures_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(capture_mu_);
+  bool hit = false;
+  for (CaptureSession* c : sessions_) {
+    for (auto& st : c->streams) {
+      if (st->device == &d && st->blocking()) {
+        invalidate_locked(*c);
+        hit = true;
+        break;
+      }
+    }
+  }
+  if (hit) {
+    fail(errc::stream_capture_implicit,
+         std::string(what) + ": the legacy default stream implicitly synchronizes with a "
+         "capturing blocking stream of this device (the capture is now invalidated); capture "
+         "on a non-blocking stream or avoid the default stream during capture");
+  }
+}
+
+void EmulatedBackend::check_sync_during_capture(Stream& s, const char* what) {
+  if (s.legacy) {
+    check_legacy_implicit(*s.device, what);
+    return;
+  }
+  if (!s.capturing.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(capture_mu_);
+  if (!s.cap) return;
+  invalidate_locked(*s.cap);
+  fail(errc::stream_capture_unsupported,
+       std::string(what) + ": not permitted on a capturing stream (the capture is now "
+                           "invalidated)");
+}
+
+bool EmulatedBackend::capture_record(Event& ev, Stream& s) {
+  if (!s.capturing.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(capture_mu_);
+  if (!s.cap) return false;
+  if (s.cap->invalidated) {
+    fail(errc::stream_capture_invalidated,
+         "event_record: the stream capture was invalidated earlier; end it and start again");
+  }
+  std::lock_guard el(ev.mu);
+  ev.stream.reset();
+  ev.slot.reset();
+  ev.seq = 0;
+  ev.captured = s.cap;
+  ev.captured_nodes = s.cap_tail;
+  return true;
+}
+
+bool EmulatedBackend::capture_wait(Stream& s, Event& ev) {
+  std::shared_ptr<CaptureSession> ec;
+  std::vector<std::uint64_t> nodes;
+  {
+    std::lock_guard el(ev.mu);
+    ec = ev.captured;
+    if (ec) nodes = ev.captured_nodes;
+  }
+  if (!ec && !s.capturing.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(capture_mu_);
+  if (ec) {
+    if (ec->ended) {
+      fail(kCapturedEvent, "stream_wait_event: the event was last recorded in a stream "
+                           "capture that has ended; record it again outside capture");
+    }
+    if (ec->invalidated) {
+      fail(errc::stream_capture_invalidated,
+           "stream_wait_event: the event's capture was invalidated earlier");
+    }
+    if (s.cap && s.cap != ec) {
+      invalidate_locked(*s.cap);
+      fail(errc::stream_capture_isolation,
+           "stream_wait_event: would merge two different stream captures");
+    }
+    if (!s.cap) {
+      if (s.legacy) {
+        invalidate_locked(*ec);
+        fail(errc::stream_capture_implicit,
+             "stream_wait_event: the legacy default stream cannot join a stream capture "
+             "(the capture is now invalidated)");
+      }
+      s.cap = ec;
+      s.cap_tail = std::move(nodes);
+      s.capturing.store(true, std::memory_order_release);
+      ec->streams.push_back(s.shared_from_this());
+    } else {
+      for (std::uint64_t n : nodes) {
+        if (std::find(s.cap_tail.begin(), s.cap_tail.end(), n) == s.cap_tail.end()) {
+          s.cap_tail.push_back(n);
+        }
+      }
+    }
+    return true;
+  }
+  if (!s.cap) return false;  // capture ended concurrently: a normal wait
+  std::shared_ptr<Event> evp = ev.shared_from_this();
+  record_node_locked(s, GraphNodeType::wait_event, "wait_event", [this, evp] {
+    std::shared_ptr<Stream> st;
+    std::uint64_t seq;
+    {
+      std::lock_guard el(evp->mu);
+      st = evp->stream;
+      seq = evp->seq;
+    }
+    if (st) wait_reached(*st, seq);
+  });
+  return true;
+}
+
+void EmulatedBackend::stream_begin_capture(StreamHandle h, CaptureMode mode) {
+  Stream* s = resolve(h);
+  if (s->legacy) {
+    fail(errc::stream_capture_unsupported,
+         "stream_begin_capture: the legacy default stream cannot be captured; capture on a "
+         "created (preferably non-blocking) stream");
+  }
+  std::lock_guard lock(capture_mu_);
+  if (s->cap) {
+    fail(errc::invalid_value, "stream_begin_capture: the stream is already capturing");
+  }
+  auto c = std::make_shared<CaptureSession>();
+  c->id = next_capture_id_++;
+  c->mode = mode;
+  c->thread = std::this_thread::get_id();
+  c->origin = s;
+  c->streams.push_back(s->shared_from_this());
+  s->cap = c;
+  s->cap_tail.clear();
+  s->capturing.store(true, std::memory_order_release);
+  sessions_.insert(c.get());
+  active_captures_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+GraphHandle EmulatedBackend::stream_end_capture(StreamHandle h) {
+  Stream* s = resolve(h);
+  std::lock_guard lock(capture_mu_);
+  if (!s->cap) {
+    fail(errc::stream_capture_unmatched,
+         "stream_end_capture: the stream is not capturing (call stream_begin_capture first)");
+  }
+  std::shared_ptr<CaptureSession> c = s->cap;
+  if (c->origin != s) {
+    invalidate_locked(*c);
+    fail(errc::stream_capture_unmatched,
+         "stream_end_capture: the capture was begun on another stream; end it on the stream "
+         "that began it (the capture is now invalidated)");
+  }
+  if (c->invalidated) {
+    end_session_locked(*c);
+    fail(errc::stream_capture_invalidated,
+         "stream_end_capture: the capture was invalidated by an earlier illegal operation");
+  }
+  const auto& nodes = c->graph->nodes;
+  std::vector<char> ancestor(nodes.size(), 0);
+  std::vector<std::uint64_t> work(s->cap_tail.begin(), s->cap_tail.end());
+  while (!work.empty()) {
+    std::uint64_t n = work.back();
+    work.pop_back();
+    if (ancestor[n]) continue;
+    ancestor[n] = 1;
+    for (std::uint64_t d : nodes[n].deps) work.push_back(d);
+  }
+  for (auto& st : c->streams) {
+    if (st.get() == s) continue;
+    for (std::uint64_t n : st->cap_tail) {
+      if (!ancestor[n]) {
+        end_session_locked(*c);
+        fail(errc::stream_capture_unjoined,
+             "stream_end_capture: a stream forked into the capture has work that was not "
+             "joined back: record an event on it and make the origin stream wait on that "
+             "event before ending the capture");
+      }
+    }
+  }
+  end_session_locked(*c);
+  auto* g = new GraphObj;
+  g->data = c->graph;
+  return g;
+}
+
+CaptureStatus EmulatedBackend::stream_capture_status(StreamHandle h, std::uint64_t* id) {
+  Stream* s = resolve(h);
+  if (!s->capturing.load(std::memory_order_acquire)) return CaptureStatus::none;
+  std::lock_guard lock(capture_mu_);
+  if (!s->cap) return CaptureStatus::none;
+  if (id) *id = s->cap->id;
+  return s->cap->invalidated ? CaptureStatus::invalidated : CaptureStatus::active;
+}
+
+}  // namespace cudakit::detail::emulated

@@ -1,0 +1,125 @@
+// Graphs produced by stream capture: inspection, DOT output, instantiation and replay.
+// Node ids are assigned in capture order and every dependency points to an earlier node, so
+// capture order is a topological order. A launch is one op on the launch stream (ordered
+// with the stream's other work) that runs the nodes in that order on the stream's worker;
+// a failing node stops the replay and becomes the stream's sticky error.
+#include <fstream>
+
+#include "backend/emulated/state.hpp"
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail::emulated {
+namespace {
+
+const char* type_name(GraphNodeType t) {
+  switch (t) {
+    case GraphNodeType::kernel: return "kernel";
+    case GraphNodeType::memcpy: return "memcpy";
+    case GraphNodeType::memset: return "memset";
+    case GraphNodeType::host: return "host";
+    case GraphNodeType::graph: return "graph";
+    case GraphNodeType::empty: return "empty";
+    case GraphNodeType::wait_event: return "wait_event";
+    case GraphNodeType::event_record: return "event_record";
+    case GraphNodeType::mem_alloc: return "mem_alloc";
+    case GraphNodeType::mem_free: return "mem_free";
+    default: return "other";
+  }
+}
+
+GraphObj* graph_ptr(GraphHandle g) {
+  auto* p = static_cast<GraphObj*>(g);
+  if (p == nullptr || p->magic != GraphObj::kMagic) {
+    fail(errc::invalid_handle, "not a graph handle created by the emulated backend");
+  }
+  return p;
+}
+
+GraphExecObj* exec_ptr(GraphExecHandle g) {
+  auto* p = static_cast<GraphExecObj*>(g);
+  if (p == nullptr || p->magic != GraphExecObj::kMagic) {
+    fail(errc::invalid_handle, "not an executable graph created by the emulated backend");
+  }
+  return p;
+}
+
+}  // namespace
+
+GraphData::~GraphData() {
+  if (is_shutting_down()) return;
+  for (auto& f : on_destroy) {
+    try {
+      f();
+    } catch (...) {  // destructors never throw
+    }
+  }
+}
+
+void EmulatedBackend::run_graph(const GraphData& g, const std::vector<std::size_t>& order) {
+  for (std::size_t i : order) {
+    if (g.nodes[i].fn) g.nodes[i].fn();
+  }
+}
+
+GraphExecHandle EmulatedBackend::graph_instantiate(GraphHandle h) {
+  GraphObj* g = graph_ptr(h);
+  auto* e = new GraphExecObj;
+  e->data = g->data;
+  e->order.resize(g->data->nodes.size());
+  for (std::size_t i = 0; i < e->order.size(); ++i) e->order[i] = i;
+  return e;
+}
+
+void EmulatedBackend::graph_launch(GraphExecHandle h, StreamHandle sh) {
+  GraphExecObj* e = exec_ptr(h);
+  Stream* s = resolve(sh);
+  HostTask fn = [data = e->data, order = e->order] { run_graph(*data, order); };
+  if (capture_node(*s, GraphNodeType::graph, "graph", std::move(fn))) return;
+  submit(*s, std::move(fn));
+}
+
+void EmulatedBackend::graph_destroy(GraphHandle h) { delete graph_ptr(h); }
+
+void EmulatedBackend::graph_exec_destroy(GraphExecHandle h) { delete exec_ptr(h); }
+
+std::vector<GraphNodeInfo> EmulatedBackend::graph_nodes(GraphHandle h) {
+  GraphObj* g = graph_ptr(h);
+  std::vector<GraphNodeInfo> out;
+  out.reserve(g->data->nodes.size());
+  for (const GraphNode& n : g->data->nodes) out.push_back(GraphNodeInfo{n.id, n.type, n.label});
+  return out;
+}
+
+std::vector<GraphEdge> EmulatedBackend::graph_edges(GraphHandle h) {
+  GraphObj* g = graph_ptr(h);
+  std::vector<GraphEdge> out;
+  for (const GraphNode& n : g->data->nodes) {
+    for (std::uint64_t d : n.deps) out.push_back(GraphEdge{d, n.id});
+  }
+  return out;
+}
+
+void EmulatedBackend::graph_debug_dot_print(GraphHandle h, const std::string& path) {
+  GraphObj* g = graph_ptr(h);
+  std::ofstream out(path);
+  if (!out) {
+    throw Error("graph_debug_dot_print: cannot open '" + path +
+                "' for writing (check the directory exists and is writable)");
+  }
+  out << "digraph cudakit_emulated_graph {\n  node [shape=box];\n";
+  for (const GraphNode& n : g->data->nodes) {
+    out << "  n" << n.id << " [label=\"" << n.id << ": " << type_name(n.type) << "\\n";
+    for (char c : n.label) {
+      if (c == '"' || c == '\\') out << '\\';
+      out << c;
+    }
+    out << "\"];\n";
+  }
+  for (const GraphNode& n : g->data->nodes) {
+    for (std::uint64_t d : n.deps) out << "  n" << d << " -> n" << n.id << ";\n";
+  }
+  out << "}\n";
+  if (!out) throw Error("graph_debug_dot_print: writing '" + path + "' failed");
+}
+
+}  // namespace cudakit::detail::emulated

@@ -1,0 +1,173 @@
+// Emulated device memory: aligned host memory accounted against each device's limit, a
+// range map for pointer→device queries, pinned host memory, stream-ordered allocation and
+// in-process memory IPC.
+#include <cstdlib>
+
+#include "backend/emulated/ipc.hpp"
+#include "backend/emulated/state.hpp"
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail::emulated {
+namespace {
+constexpr std::size_t kAlign = 256;  // cudaMalloc guarantees at least 256-byte alignment
+std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+}  // namespace
+
+bool EmulatedBackend::reserve_bytes(Device& d, std::size_t bytes) {
+  std::size_t used = d.used.load(std::memory_order_relaxed);
+  do {
+    if (bytes > d.limit || used > d.limit - bytes) return false;
+  } while (!d.used.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void EmulatedBackend::release_bytes(Device& d, std::size_t bytes) {
+  d.used.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void* EmulatedBackend::alloc_device(int device, std::size_t bytes) {
+  Device& d = dev(device);
+  std::size_t size = round_up(bytes == 0 ? 1 : bytes, kAlign);
+  if (!reserve_bytes(d, size)) return nullptr;
+  void* p = nullptr;
+  if (::posix_memalign(&p, kAlign, size) != 0 || p == nullptr) {
+    release_bytes(d, size);
+    return nullptr;  // host is out of memory: report as device OOM
+  }
+  auto base = reinterpret_cast<std::uintptr_t>(p);
+  std::unique_lock lock(ranges_mu_);
+  ranges_[base] = Range{base + size, device, false, size};
+  return p;
+}
+
+void EmulatedBackend::free_device(void* ptr, const char* what) {
+  if (ptr == nullptr) return;
+  Range r{};
+  {
+    std::unique_lock lock(ranges_mu_);
+    auto it = ranges_.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == ranges_.end() || it->second.vm) {
+      throw_accelerator_error(errc::invalid_value,
+                              std::string(what) + ": pointer is not the start of a live "
+                                                  "emulated device allocation");
+    }
+    r = it->second;
+    ranges_.erase(it);
+  }
+  std::free(ptr);
+  release_bytes(*devices_[static_cast<std::size_t>(r.device)], r.accounted);
+}
+
+void* EmulatedBackend::mem_alloc(int device, std::size_t bytes) {
+  return alloc_device(device, bytes);
+}
+
+void EmulatedBackend::mem_free(int, void* ptr) { free_device(ptr, "mem_free"); }
+
+void* EmulatedBackend::host_alloc_pinned(std::size_t bytes) {
+  void* p = nullptr;
+  if (::posix_memalign(&p, 4096, round_up(bytes == 0 ? 1 : bytes, kAlign)) != 0) return nullptr;
+  std::lock_guard lock(pinned_mu_);
+  pinned_.insert(p);
+  return p;
+}
+
+void EmulatedBackend::host_free_pinned(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard lock(pinned_mu_);
+    if (pinned_.erase(ptr) == 0) {
+      throw_accelerator_error(errc::invalid_value,
+                              "host_free_pinned: pointer was not returned by host_alloc_pinned");
+    }
+  }
+  std::free(ptr);
+}
+
+// Stream-ordered allocation. The memory is taken immediately (ordering is trivially kept:
+// nothing later in the stream can run before the call returns); the free is enqueued and the
+// bytes return to the device when the stream reaches it.
+// Under capture: mem_alloc_async allocates eagerly and records a mem_alloc node (no replay
+// work; the memory then belongs to the caller, as a graph allocation that outlives the graph
+// does on CUDA); mem_free_async records a mem_free node and the memory is released when the
+// graph and all its instantiations are destroyed (replays keep using it until then).
+void* EmulatedBackend::mem_alloc_async(int device, std::size_t bytes, StreamHandle s) {
+  Stream* st = resolve(s);
+  void* p = alloc_device(device, bytes);
+  if (p && st->capturing.load(std::memory_order_acquire)) {
+    try {
+      capture_node(*st, GraphNodeType::mem_alloc, "mem_alloc", {});
+    } catch (...) {
+      free_device(p, "mem_alloc_async");
+      throw;
+    }
+  }
+  return p;
+}
+
+void EmulatedBackend::mem_free_async(void* ptr, StreamHandle s) {
+  if (ptr == nullptr) return;
+  Stream* st = resolve(s);
+  {
+    std::shared_lock lock(ranges_mu_);
+    auto it = ranges_.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == ranges_.end() || it->second.vm) {
+      throw_accelerator_error(errc::invalid_value,
+                              "mem_free_async: pointer is not the start of a live emulated "
+                              "device allocation");
+    }
+  }
+  if (capture_node(*st, GraphNodeType::mem_free, "mem_free", {})) {
+    std::lock_guard lock(capture_mu_);
+    if (st->cap) {
+      st->cap->graph->on_destroy.push_back([this, ptr] { free_device(ptr, "graph mem_free"); });
+    }
+    return;
+  }
+  submit(*st, [this, ptr] { free_device(ptr, "mem_free_async"); });
+}
+
+int EmulatedBackend::pointer_device(const void* ptr) {
+  auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  std::shared_lock lock(ranges_mu_);
+  auto it = ranges_.upper_bound(p);
+  if (it == ranges_.begin()) return -1;
+  --it;
+  return p < it->second.end ? it->second.device : -1;
+}
+
+IpcHandle EmulatedBackend::mem_ipc_handle(void* ptr) {
+  auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  std::shared_lock lock(ranges_mu_);
+  auto it = ranges_.upper_bound(p);
+  if (it != ranges_.begin()) {
+    --it;
+    if (p < it->second.end && !it->second.vm) {
+      return encode_ipc(2, it->first, it->second.end - it->first, it->second.device);
+    }
+  }
+  throw_accelerator_error(errc::invalid_value,
+                          "mem_ipc_handle: pointer is not inside a live emulated device "
+                          "allocation (VM mappings cannot be shared by IPC handle)");
+  return {};
+}
+
+void* EmulatedBackend::mem_open_ipc(const IpcHandle& h) {
+  IpcPayload p = decode_ipc(h, 2, "mem_open_ipc");
+  std::shared_lock lock(ranges_mu_);
+  auto it = ranges_.find(p.id);
+  if (it == ranges_.end() || it->second.end - it->first != p.extra) {
+    throw_accelerator_error(errc::invalid_value,
+                            "mem_open_ipc: the shared allocation has been freed");
+  }
+  return reinterpret_cast<void*>(p.id);
+}
+
+void EmulatedBackend::mem_close_ipc(void* ptr) {
+  if (pointer_device(ptr) < 0) {
+    throw_accelerator_error(errc::invalid_value,
+                            "mem_close_ipc: pointer was not opened with mem_open_ipc");
+  }
+}
+
+}  // namespace cudakit::detail::emulated

@@ -1,0 +1,323 @@
+// Internal state of the emulated backend: virtual devices backed by host memory, streams
+// executed by host worker threads, events as (stream, sequence number) markers, and stream
+// capture into host-side graphs. Split across files by concern:
+//   backend.cpp   identity, devices, kernels (not supported)
+//   memory.cpp    device/pinned/stream-ordered allocation, pointer→device map, memory IPC
+//   vm.cpp        virtual memory (reserve / create / map) with memfd + mmap
+//   streams.cpp   stream objects, worker threads, legacy default stream, copies
+//   events.cpp    events, timing, event IPC
+//   capture.cpp   stream capture (fork/join, invalidation)
+//   graphs.cpp    graph inspection, instantiate, replay, DOT output
+//   telemetry.cpp utilization and memory telemetry
+//
+// Ordering model: every stream has a monotonically increasing sequence number per enqueued
+// op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
+// the pair (stream, n) of its latest record; waits and the legacy-default-stream barriers
+// are dependencies (stream, n) attached to an op, which the worker waits on before running.
+//
+// Lock order: capture_mu_ → Device::mu → Stream::mu. Event::mu is a leaf. Workers never
+// hold one stream's mutex while waiting on another stream.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/emulated/config.hpp"
+
+namespace cudakit::detail::emulated {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stream;
+struct Device;
+struct CaptureSession;
+
+struct Dep {
+  std::shared_ptr<Stream> stream;
+  std::uint64_t seq = 0;
+};
+
+struct Op {
+  HostTask fn;            // may be empty (pure marker / wait)
+  std::vector<Dep> deps;  // waited on before fn runs
+};
+
+struct Stream : std::enable_shared_from_this<Stream> {
+  static constexpr std::uint64_t kMagic = 0x6D74537564756B63ull;  // "ckduStm"
+  std::uint64_t magic = kMagic;
+  Device* device = nullptr;
+  int priority = 0;
+  unsigned flags = 0;
+  bool legacy = false;  // the per-device legacy default stream
+
+  std::mutex mu;
+  std::condition_variable cv_work;  // worker: new op or destroy
+  std::condition_variable cv_done;  // waiters: completed advanced
+  std::deque<Op> queue;             // guarded by mu
+  std::uint64_t enqueued = 0;       // guarded by mu
+  std::uint64_t completed = 0;      // guarded by mu
+  std::string error;                // first task failure (sticky); guarded by mu
+  bool error_seen_by_device = false;  // device_synchronize reported it once
+  bool worker_started = false, destroyed = false;  // guarded by mu
+
+  // Capture state, guarded by the backend's capture_mu_ (flag readable without it).
+  std::atomic<bool> capturing{false};
+  std::shared_ptr<CaptureSession> cap;
+  std::vector<std::uint64_t> cap_tail;  // nodes the next captured node depends on
+
+  bool blocking() const noexcept { return !legacy && !(flags & kStreamNonBlocking); }
+  ~Stream() { magic = 0; }
+};
+
+struct Device {
+  int index = 0;
+  std::size_t limit = 0;
+  std::atomic<std::size_t> used{0};
+
+  std::mutex mu;  // streams list, legacy ordering barrier
+  std::vector<std::shared_ptr<Stream>> streams;  // created streams (live or draining)
+  std::shared_ptr<Stream> legacy;                // created lazily
+  std::atomic<bool> legacy_used{false};
+
+  // Telemetry: union of busy intervals of this device's workers (last ~100 ms).
+  std::mutex tmu;
+  int busy = 0;
+  Clock::time_point busy_since{};
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> intervals;
+};
+
+struct TimeSlot {
+  std::atomic<std::int64_t> ns{-1};  // steady_clock time of completion, -1 until then
+};
+
+struct GraphNode {
+  std::uint64_t id = 0;
+  GraphNodeType type = GraphNodeType::other;
+  std::string label;
+  HostTask fn;  // replay action (empty for nodes without work)
+  std::vector<std::uint64_t> deps;
+};
+
+struct GraphData {
+  std::vector<GraphNode> nodes;  // node id == index
+  std::vector<HostTask> on_destroy;  // deferred frees of mem_free nodes
+  ~GraphData();
+};
+
+struct GraphObj {
+  static constexpr std::uint64_t kMagic = 0x687061724775646Bull;
+  std::uint64_t magic = kMagic;
+  std::shared_ptr<GraphData> data;
+  ~GraphObj() { magic = 0; }
+};
+
+struct GraphExecObj {
+  static constexpr std::uint64_t kMagic = 0x6365784575646B63ull;
+  std::uint64_t magic = kMagic;
+  std::shared_ptr<GraphData> data;
+  std::vector<std::size_t> order;  // topological order of node indices
+  ~GraphExecObj() { magic = 0; }
+};
+
+struct Event;
+
+struct CaptureSession {
+  std::uint64_t id = 0;
+  CaptureMode mode = CaptureMode::global;
+  std::thread::id thread;
+  Stream* origin = nullptr;
+  bool invalidated = false;
+  bool ended = false;
+  std::shared_ptr<GraphData> graph = std::make_shared<GraphData>();
+  std::vector<std::shared_ptr<Stream>> streams;  // origin + joined
+};
+
+struct Event : std::enable_shared_from_this<Event> {
+  static constexpr std::uint64_t kMagic = 0x746E764575646B63ull;
+  std::uint64_t magic = kMagic;
+  int device = 0;
+  unsigned flags = 0;
+  int handle_refs = 1;  // creator + in-process IPC opens; guarded by backend events_mu_
+
+  std::mutex mu;
+  std::shared_ptr<Stream> stream;  // latest record (null: never recorded)
+  std::uint64_t seq = 0;
+  std::shared_ptr<TimeSlot> slot;
+  // Latest record happened inside a capture: fork/join information.
+  std::shared_ptr<CaptureSession> captured;
+  std::vector<std::uint64_t> captured_nodes;
+  ~Event() { magic = 0; }
+};
+
+class EmulatedBackend final : public Backend {
+ public:
+  explicit EmulatedBackend(Config config);
+
+  const char* name() const noexcept override { return "emulated"; }
+  int device_count() noexcept override { return static_cast<int>(devices_.size()); }
+  std::string unavailable_reason() noexcept override { return ""; }
+  int driver_version() noexcept override { return 13000; }
+
+  void set_current_device(int device) override;
+  int current_device() override;
+  DeviceInfo device_info(int device) override;
+  MemInfo mem_get_info(int device) override;
+  void device_synchronize(int device) override;
+  bool can_access_peer(int device, int peer) override;
+  void enable_peer_access(int device, int peer) override;
+  std::pair<int, int> stream_priority_range() override { return {0, -5}; }
+
+  int utilization_percent(int device) override;
+  int memory_utilization_percent(int device) override;
+  int temperature_c(int device) override;
+  int power_draw_mw(int device) override;
+  int clock_rate_mhz(int device) override;
+  std::size_t device_memory_used(int device) override;
+  std::vector<ProcessMemory> gpu_processes(int device) override;
+
+  void* mem_alloc(int device, std::size_t bytes) override;
+  void mem_free(int device, void* ptr) override;
+  void* host_alloc_pinned(std::size_t bytes) override;
+  void host_free_pinned(void* ptr) override;
+  void* mem_alloc_async(int device, std::size_t bytes, StreamHandle s) override;
+  void mem_free_async(void* ptr, StreamHandle s) override;
+  std::size_t vm_granularity(int device) override;
+  std::uintptr_t vm_reserve(int device, std::size_t bytes) override;
+  void vm_release(std::uintptr_t va, std::size_t bytes) override;
+  PhysMemHandle vm_create(int device, std::size_t bytes) override;
+  void vm_destroy(PhysMemHandle h) override;
+  void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) override;
+  void vm_unmap(std::uintptr_t va, std::size_t bytes) override;
+  int pointer_device(const void* ptr) override;
+
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) override;
+  void memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
+                       StreamHandle s) override;
+
+  StreamHandle stream_create(int device, int priority, unsigned flags) override;
+  void stream_destroy(StreamHandle s) override;
+  bool stream_query(StreamHandle s) override;
+  void stream_synchronize(StreamHandle s) override;
+  void stream_wait_event(StreamHandle s, EventHandle e) override;
+  int stream_priority(StreamHandle s) override;
+  int stream_device(StreamHandle s) override;
+  void launch_host_task(StreamHandle s, HostTask task) override;
+
+  EventHandle event_create(int device, unsigned flags) override;
+  void event_destroy(EventHandle e) override;
+  void event_record(EventHandle e, StreamHandle s) override;
+  bool event_query(EventHandle e) override;
+  void event_synchronize(EventHandle e) override;
+  float event_elapsed_ms(EventHandle start, EventHandle end) override;
+  IpcHandle event_ipc_handle(EventHandle e) override;
+  EventHandle event_open_ipc(const IpcHandle& h) override;
+  IpcHandle mem_ipc_handle(void* ptr) override;
+  void* mem_open_ipc(const IpcHandle& h) override;
+  void mem_close_ipc(void* ptr) override;
+
+  ModuleHandle module_load_data(int device, const void* image) override;
+  void module_unload(ModuleHandle m) override;
+  FunctionHandle module_get_function(ModuleHandle m, const char* name) override;
+  void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
+                     StreamHandle s, void** args) override;
+
+  void stream_begin_capture(StreamHandle s, CaptureMode mode) override;
+  GraphHandle stream_end_capture(StreamHandle s) override;
+  CaptureStatus stream_capture_status(StreamHandle s, std::uint64_t* capture_id) override;
+  GraphExecHandle graph_instantiate(GraphHandle g) override;
+  void graph_launch(GraphExecHandle g, StreamHandle s) override;
+  void graph_destroy(GraphHandle g) override;
+  void graph_exec_destroy(GraphExecHandle g) override;
+  std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) override;
+  std::vector<GraphEdge> graph_edges(GraphHandle g) override;
+  void graph_debug_dot_print(GraphHandle g, const std::string& path) override;
+
+ private:
+  // ---- devices ----
+  Device& dev(int device);  // throws invalid_device
+  // ---- memory ----
+  bool reserve_bytes(Device& d, std::size_t bytes);  // accounting; false on OOM
+  void release_bytes(Device& d, std::size_t bytes);
+  void* alloc_device(int device, std::size_t bytes);
+  void free_device(void* ptr, const char* what);
+  struct Range { std::uintptr_t end; int device; bool vm; std::size_t accounted; };
+  std::shared_mutex ranges_mu_;
+  std::map<std::uintptr_t, Range> ranges_;  // base → range (device allocs + VM mappings)
+  std::mutex pinned_mu_;
+  std::unordered_set<void*> pinned_;
+  // ---- virtual memory ----
+  struct PhysMem {
+    int fd = -1;
+    int device = 0;
+    std::size_t bytes = 0;
+    int maps = 0;
+    bool destroyed = false;
+  };
+  struct Mapping { std::size_t bytes; PhysMemHandle phys; };
+  std::mutex vm_mu_;
+  std::map<std::uintptr_t, std::pair<std::size_t, int>> reservations_;  // va → (bytes, device)
+  std::map<std::uintptr_t, Mapping> mappings_;                           // va → mapping
+  std::unordered_map<PhysMemHandle, PhysMem> phys_;
+  PhysMemHandle next_phys_ = 1;
+  void maybe_drop_phys(PhysMemHandle h);  // vm_mu_ held
+  // ---- streams ----
+  Stream* resolve(StreamHandle s);  // null/legacy → current device's legacy stream
+  Stream& legacy_stream(Device& d);
+  std::uint64_t submit(Stream& s, HostTask fn, std::vector<Dep> deps = {});
+  void start_worker(Stream& s);  // s.mu held
+  void worker_loop(std::shared_ptr<Stream> s);
+  void wait_reached(Stream& s, std::uint64_t seq);
+  void throw_if_failed(Stream& s);  // sticky task errors
+  void sync_stream(Stream& s);
+  bool reached(Stream& s, std::uint64_t seq);
+  void note_busy(Device& d, bool start);
+  // ---- capture ----
+  // Records a node when `s` is capturing (returns true); throws if the capture is invalid.
+  // `fn` is moved from only when a node is recorded.
+  bool capture_node(Stream& s, GraphNodeType type, const std::string& label, HostTask&& fn);
+  void record_node_locked(Stream& s, GraphNodeType type, const std::string& label,
+                          HostTask&& fn);  // capture_mu_ held, s.cap valid
+  // event_record / stream_wait_event under capture (fork/join); true when handled.
+  bool capture_record(Event& ev, Stream& s);
+  bool capture_wait(Stream& s, Event& ev);
+  // stream sync/query on a capturing stream, device sync during capture.
+  void check_sync_during_capture(Stream& s, const char* what);
+  // Legacy-stream use while blocking streams of `d` capture → invalidate + throw implicit.
+  void check_legacy_implicit(Device& d, const char* what);
+  void invalidate_locked(CaptureSession& c);  // capture_mu_ held
+  void end_session_locked(CaptureSession& c);  // capture_mu_ held: streams leave capture
+  std::mutex capture_mu_;
+  std::atomic<int> active_captures_{0};
+  std::unordered_set<CaptureSession*> sessions_;  // active (not ended)
+  std::uint64_t next_capture_id_ = 1;
+  // ---- events ----
+  Event* event_ptr(EventHandle e);  // throws invalid_handle
+  std::mutex events_mu_;
+  std::unordered_map<Event*, std::shared_ptr<Event>> events_;
+  // ---- graphs ----
+  static void run_graph(const GraphData& g, const std::vector<std::size_t>& order);
+
+  Config config_;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+// Throws AcceleratorError(code) with context `what` (CUresult numbering, error.hpp).
+[[noreturn]] void fail(int code, const std::string& what);
+
+// Current device of the calling thread (per thread, default 0).
+int& thread_current_device();
+
+}  // namespace cudakit::detail::emulated

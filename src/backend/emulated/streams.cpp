@@ -1,0 +1,326 @@
+// Streams: each created stream (and each device's legacy default stream) is an in-order
+// queue drained by its own detached worker thread, started on first use. Different streams
+// run truly concurrently.
+//
+// Legacy default stream (null handle) semantics, as CUDA's: an op enqueued on it waits for
+// all work already enqueued on the device's blocking streams, and an op enqueued on a
+// blocking stream waits for all work already enqueued on the legacy stream. Non-blocking
+// streams (kStreamNonBlocking) never synchronize with it. Synchronizing/querying the legacy
+// stream also covers the blocking streams' work enqueued before the call.
+// The two directions are decided under Device::mu so the "already enqueued" snapshots are
+// consistent (no cycles); non-blocking streams never take it.
+//
+// Task failures: an exception thrown by a task is caught on the worker, the stream keeps
+// running later work (so events and waits still complete), and the first failure becomes a
+// sticky CUDA_ERROR_LAUNCH_FAILED reported by every later sync/query of that stream (and
+// once by device_synchronize).
+#include <cstring>
+
+#include "backend/emulated/state.hpp"
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail::emulated {
+namespace {
+constexpr int kLaunchFailed = 719;
+}
+
+Stream& EmulatedBackend::legacy_stream(Device& d) {
+  if (d.legacy_used.load(std::memory_order_acquire)) return *d.legacy;
+  std::lock_guard lock(d.mu);
+  if (!d.legacy) {
+    auto s = std::make_shared<Stream>();
+    s->device = &d;
+    s->legacy = true;
+    d.legacy = std::move(s);
+    d.legacy_used.store(true, std::memory_order_release);
+  }
+  return *d.legacy;
+}
+
+Stream* EmulatedBackend::resolve(StreamHandle h) {
+  // nullptr and CU_STREAM_LEGACY ((void*)1) both name the legacy default stream.
+  if (h == nullptr || h == reinterpret_cast<StreamHandle>(1)) {
+    return &legacy_stream(dev(thread_current_device()));
+  }
+  auto* s = static_cast<Stream*>(h);
+  if (s->magic != Stream::kMagic) {
+    fail(errc::invalid_handle, "not a stream handle created by the emulated backend");
+  }
+  return s;
+}
+
+void EmulatedBackend::start_worker(Stream& s) {
+  s.worker_started = true;
+  // Detached: a worker must never block process exit; it owns a reference to its stream.
+  std::thread(&EmulatedBackend::worker_loop, this, s.shared_from_this()).detach();
+}
+
+void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
+  Stream& s = *sp;
+  Device& d = *s.device;
+  std::unique_lock lk(s.mu);
+  for (;;) {
+    s.cv_work.wait(lk, [&] { return !s.queue.empty() || s.destroyed; });
+    if (s.queue.empty()) break;  // destroyed and drained
+    Op op = std::move(s.queue.front());
+    s.queue.pop_front();
+    lk.unlock();
+    for (const Dep& dep : op.deps) wait_reached(*dep.stream, dep.seq);
+    std::string err;
+    if (op.fn) {
+      note_busy(d, true);
+      try {
+        op.fn();
+      } catch (const std::exception& e) {
+        err = e.what();
+        if (err.empty()) err = "exception without message";
+      } catch (...) {
+        err = "unknown exception";
+      }
+      note_busy(d, false);
+    }
+    op = Op{};  // drop captured state before signalling completion
+    lk.lock();
+    if (!err.empty() && s.error.empty()) s.error = std::move(err);
+    ++s.completed;
+    s.cv_done.notify_all();
+  }
+  lk.unlock();
+  std::lock_guard dl(d.mu);
+  std::erase(d.streams, sp);
+}
+
+std::uint64_t EmulatedBackend::submit(Stream& s, HostTask fn, std::vector<Dep> deps) {
+  Device& d = *s.device;
+  auto push = [&]() {
+    std::lock_guard sl(s.mu);
+    if (s.destroyed) fail(errc::invalid_handle, "work enqueued on a destroyed stream");
+    s.queue.push_back(Op{std::move(fn), std::move(deps)});
+    std::uint64_t seq = ++s.enqueued;
+    if (!s.worker_started) start_worker(s);
+    s.cv_work.notify_one();
+    return seq;
+  };
+  if (s.legacy) {
+    check_legacy_implicit(d, "enqueue on the legacy default stream");
+    std::lock_guard dl(d.mu);
+    for (auto& o : d.streams) {
+      if (!o->blocking()) continue;
+      std::lock_guard ol(o->mu);
+      if (o->enqueued > o->completed) deps.push_back(Dep{o, o->enqueued});
+    }
+    return push();
+  }
+  if (s.blocking() && d.legacy_used.load(std::memory_order_acquire)) {
+    std::lock_guard dl(d.mu);
+    {
+      std::lock_guard ll(d.legacy->mu);
+      if (d.legacy->enqueued > d.legacy->completed) {
+        deps.push_back(Dep{d.legacy, d.legacy->enqueued});
+      }
+    }
+    return push();
+  }
+  return push();
+}
+
+void EmulatedBackend::wait_reached(Stream& s, std::uint64_t seq) {
+  std::unique_lock lk(s.mu);
+  s.cv_done.wait(lk, [&] { return s.completed >= seq; });
+}
+
+bool EmulatedBackend::reached(Stream& s, std::uint64_t seq) {
+  std::lock_guard lk(s.mu);
+  return s.completed >= seq;
+}
+
+void EmulatedBackend::throw_if_failed(Stream& s) {
+  std::string err;
+  {
+    std::lock_guard lk(s.mu);
+    if (s.error.empty()) return;
+    err = s.error;
+  }
+  fail(kLaunchFailed, "a task on this stream failed earlier (sticky, like a CUDA launch "
+                      "failure): " + err);
+}
+
+void EmulatedBackend::sync_stream(Stream& s) {
+  std::vector<Dep> targets;
+  {
+    std::lock_guard lk(s.mu);
+    targets.push_back(Dep{s.shared_from_this(), s.enqueued});
+  }
+  if (s.legacy) {
+    Device& d = *s.device;
+    std::lock_guard dl(d.mu);
+    for (auto& o : d.streams) {
+      if (!o->blocking()) continue;
+      std::lock_guard ol(o->mu);
+      targets.push_back(Dep{o, o->enqueued});
+    }
+  }
+  for (const Dep& t : targets) wait_reached(*t.stream, t.seq);
+  throw_if_failed(s);
+}
+
+// ---- Backend API ----
+
+StreamHandle EmulatedBackend::stream_create(int device, int priority, unsigned flags) {
+  Device& d = dev(device);
+  if (flags & ~kStreamNonBlocking) {
+    fail(errc::invalid_value, "stream_create: unknown flags " + std::to_string(flags));
+  }
+  auto s = std::make_shared<Stream>();
+  s->device = &d;
+  s->priority = priority > 0 ? 0 : (priority < -5 ? -5 : priority);  // clamp as CUDA does
+  s->flags = flags;
+  std::lock_guard lock(d.mu);
+  d.streams.push_back(s);
+  return s.get();
+}
+
+void EmulatedBackend::stream_destroy(StreamHandle h) {
+  if (h == nullptr || h == reinterpret_cast<StreamHandle>(1)) {
+    fail(errc::invalid_handle, "stream_destroy: the legacy default stream cannot be destroyed");
+  }
+  Stream* s = resolve(h);
+  if (s->legacy) fail(errc::invalid_handle, "stream_destroy: legacy default stream");
+  if (s->capturing.load()) {
+    std::lock_guard cl(capture_mu_);
+    if (s->cap) invalidate_locked(*s->cap);
+  }
+  Device& d = *s->device;
+  std::shared_ptr<Stream> keep = s->shared_from_this();
+  std::lock_guard dl(d.mu);
+  std::lock_guard sl(s->mu);
+  if (s->destroyed) fail(errc::invalid_handle, "stream_destroy: stream already destroyed");
+  s->destroyed = true;
+  if (s->worker_started) {
+    s->cv_work.notify_one();  // the worker drains pending work, then retires the stream
+  } else {
+    std::erase(d.streams, keep);
+  }
+}
+
+bool EmulatedBackend::stream_query(StreamHandle h) {
+  Stream* s = resolve(h);
+  check_sync_during_capture(*s, "stream_query");
+  throw_if_failed(*s);
+  {
+    std::lock_guard lk(s->mu);
+    if (s->completed < s->enqueued) return false;
+  }
+  if (s->legacy) {
+    Device& d = *s->device;
+    std::lock_guard dl(d.mu);
+    for (auto& o : d.streams) {
+      if (!o->blocking()) continue;
+      std::lock_guard ol(o->mu);
+      if (o->completed < o->enqueued) return false;
+    }
+  }
+  return true;
+}
+
+void EmulatedBackend::stream_synchronize(StreamHandle h) {
+  Stream* s = resolve(h);
+  check_sync_during_capture(*s, "stream_synchronize");
+  sync_stream(*s);
+}
+
+void EmulatedBackend::device_synchronize(int device) {
+  Device& d = dev(device);
+  {
+    std::lock_guard cl(capture_mu_);
+    for (CaptureSession* c : sessions_) {
+      bool here = false;
+      for (auto& st : c->streams) here = here || st->device == &d;
+      if (here && (c->mode == CaptureMode::global || c->thread == std::this_thread::get_id())) {
+        invalidate_locked(*c);
+        fail(errc::stream_capture_unsupported,
+             "device_synchronize: not permitted while a stream of this device is capturing "
+             "(the capture is now invalidated)");
+      }
+    }
+  }
+  std::vector<Dep> targets;
+  {
+    std::lock_guard dl(d.mu);
+    auto add = [&](const std::shared_ptr<Stream>& o) {
+      std::lock_guard ol(o->mu);
+      targets.push_back(Dep{o, o->enqueued});
+    };
+    for (auto& o : d.streams) add(o);
+    if (d.legacy) add(d.legacy);
+  }
+  std::string err;
+  for (const Dep& t : targets) {
+    wait_reached(*t.stream, t.seq);
+    std::lock_guard ol(t.stream->mu);
+    if (!t.stream->error.empty() && !t.stream->error_seen_by_device && err.empty()) {
+      t.stream->error_seen_by_device = true;
+      err = t.stream->error;
+    }
+  }
+  if (!err.empty()) {
+    fail(kLaunchFailed, "device_synchronize: a task on one of the device's streams failed: " +
+                            err);
+  }
+}
+
+void EmulatedBackend::stream_wait_event(StreamHandle h, EventHandle e) {
+  Stream* s = resolve(h);
+  Event* ev = event_ptr(e);
+  if (capture_wait(*s, *ev)) return;
+  std::shared_ptr<Stream> es;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lk(ev->mu);
+    es = ev->stream;
+    seq = ev->seq;
+  }
+  if (!es || es.get() == s || reached(*es, seq)) return;  // nothing to wait for
+  submit(*s, {}, {Dep{std::move(es), seq}});
+}
+
+int EmulatedBackend::stream_priority(StreamHandle h) { return resolve(h)->priority; }
+
+int EmulatedBackend::stream_device(StreamHandle h) { return resolve(h)->device->index; }
+
+void EmulatedBackend::launch_host_task(StreamHandle h, HostTask task) {
+  if (!task) fail(errc::invalid_value, "launch_host_task: empty task");
+  Stream* s = resolve(h);
+  if (capture_node(*s, GraphNodeType::host, "host", std::move(task))) return;
+  submit(*s, std::move(task));
+}
+
+void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes,
+                                   StreamHandle h) {
+  Stream* s = resolve(h);
+  if (bytes == 0) return;
+  if (dst == nullptr || src == nullptr) {
+    fail(errc::invalid_value, "memcpy_async: null pointer with a non-zero size");
+  }
+  HostTask fn = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  if (capture_node(*s, GraphNodeType::memcpy, "memcpy " + std::to_string(bytes) + " B",
+                   std::move(fn))) {
+    return;
+  }
+  submit(*s, std::move(fn));
+}
+
+void EmulatedBackend::memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
+                                      StreamHandle h) {
+  Stream* s = resolve(h);
+  if (bytes == 0) return;
+  if (dst == nullptr) fail(errc::invalid_value, "memset_d8_async: null pointer");
+  HostTask fn = [dst, value, bytes] { std::memset(dst, value, bytes); };
+  if (capture_node(*s, GraphNodeType::memset, "memset " + std::to_string(bytes) + " B",
+                   std::move(fn))) {
+    return;
+  }
+  submit(*s, std::move(fn));
+}
+
+}  // namespace cudakit::detail::emulated
