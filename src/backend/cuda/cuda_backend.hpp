@@ -1,0 +1,167 @@
+// The `cuda` implementation of the driver seam (backend.hpp), on the CUDA driver API.
+//
+// Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
+// cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
+// cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches) and
+// cuda_telemetry.cpp (NVML).
+//
+// Contexts: every device uses its primary context, retained once on first use and never
+// released (the process keeps it until exit; releasing at exit would call the driver during
+// teardown). A thread's current device is cached in a thread_local so set_current_device is
+// free when nothing changes; methods that act on a given device switch to its context only
+// for the duration of the call (ContextScope) and restore the caller's afterwards.
+//
+// Thread-safety: all methods are thread-safe (the driver is; our own lazily built state is
+// guarded by call_once / atomics).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/cu_check.hpp"
+
+namespace cudakit::detail::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  // ---- identity / availability ----
+  const char* name() const noexcept override { return "cuda"; }
+  int device_count() noexcept override;
+  std::string unavailable_reason() noexcept override;
+  int driver_version() noexcept override;
+
+  // ---- devices ----
+  void set_current_device(int device) override;
+  int current_device() override;
+  DeviceInfo device_info(int device) override;
+  MemInfo mem_get_info(int device) override;
+  void device_synchronize(int device) override;
+  bool can_access_peer(int device, int peer) override;
+  void enable_peer_access(int device, int peer) override;
+  std::pair<int, int> stream_priority_range() override;
+
+  // ---- telemetry ----
+  int utilization_percent(int device) override;
+  int memory_utilization_percent(int device) override;
+  int temperature_c(int device) override;
+  int power_draw_mw(int device) override;
+  int clock_rate_mhz(int device) override;
+  std::size_t device_memory_used(int device) override;
+  std::vector<ProcessMemory> gpu_processes(int device) override;
+
+  // ---- memory ----
+  void* mem_alloc(int device, std::size_t bytes) override;
+  void mem_free(int device, void* ptr) override;
+  void* host_alloc_pinned(std::size_t bytes) override;
+  void host_free_pinned(void* ptr) override;
+  void* mem_alloc_async(int device, std::size_t bytes, StreamHandle s) override;
+  void mem_free_async(void* ptr, StreamHandle s) override;
+  std::size_t vm_granularity(int device) override;
+  std::uintptr_t vm_reserve(int device, std::size_t bytes) override;
+  void vm_release(std::uintptr_t va, std::size_t bytes) override;
+  PhysMemHandle vm_create(int device, std::size_t bytes) override;
+  void vm_destroy(PhysMemHandle h) override;
+  void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) override;
+  void vm_unmap(std::uintptr_t va, std::size_t bytes) override;
+  int pointer_device(const void* ptr) override;
+
+  // ---- copies ----
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) override;
+  void memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
+                       StreamHandle s) override;
+
+  // ---- streams ----
+  StreamHandle stream_create(int device, int priority, unsigned flags) override;
+  void stream_destroy(StreamHandle s) override;
+  bool stream_query(StreamHandle s) override;
+  void stream_synchronize(StreamHandle s) override;
+  void stream_wait_event(StreamHandle s, EventHandle e) override;
+  int stream_priority(StreamHandle s) override;
+  int stream_device(StreamHandle s) override;
+  void launch_host_task(StreamHandle s, HostTask task) override;
+
+  // ---- events ----
+  EventHandle event_create(int device, unsigned flags) override;
+  void event_destroy(EventHandle e) override;
+  void event_record(EventHandle e, StreamHandle s) override;
+  bool event_query(EventHandle e) override;
+  void event_synchronize(EventHandle e) override;
+  float event_elapsed_ms(EventHandle start, EventHandle end) override;
+  IpcHandle event_ipc_handle(EventHandle e) override;
+  EventHandle event_open_ipc(const IpcHandle& h) override;
+  IpcHandle mem_ipc_handle(void* ptr) override;
+  void* mem_open_ipc(const IpcHandle& h) override;
+  void mem_close_ipc(void* ptr) override;
+
+  // ---- kernels ----
+  ModuleHandle module_load_data(int device, const void* image) override;
+  void module_unload(ModuleHandle m) override;
+  FunctionHandle module_get_function(ModuleHandle m, const char* name) override;
+  void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
+                     StreamHandle s, void** args) override;
+
+  // ---- capture and graphs ----
+  void stream_begin_capture(StreamHandle s, CaptureMode mode) override;
+  GraphHandle stream_end_capture(StreamHandle s) override;
+  CaptureStatus stream_capture_status(StreamHandle s, std::uint64_t* capture_id) override;
+  GraphExecHandle graph_instantiate(GraphHandle g) override;
+  void graph_launch(GraphExecHandle g, StreamHandle s) override;
+  void graph_destroy(GraphHandle g) override;
+  void graph_exec_destroy(GraphExecHandle g) override;
+  std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) override;
+  std::vector<GraphEdge> graph_edges(GraphHandle g) override;
+  void graph_debug_dot_print(GraphHandle g, const std::string& path) override;
+
+  // ---- helpers shared by the topic files ----
+
+  // Validates `device` (throws AcceleratorError naming the visible count) and returns the
+  // driver handle; `what` names the caller in messages.
+  CUdevice cu_device(int device, const char* what);
+  // The device's primary context, retained on first use.
+  CUcontext context(int device, const char* what);
+  // Visible ordinal of a driver device handle, or -1.
+  int ordinal_of(CUdevice dev);
+  // Makes sure the calling thread has a current context (device 0's primary context if none),
+  // so calls on the legacy default stream (null handle) have one to act on.
+  void ensure_current_context(const char* what);
+
+  // Makes `device`'s primary context current for a scope, restoring the previous one. Free when
+  // `device` already is the thread's current device.
+  class ContextScope {
+   public:
+    ContextScope(CudaBackend& b, int device, const char* what);
+    ~ContextScope();
+    ContextScope(const ContextScope&) = delete;
+    ContextScope& operator=(const ContextScope&) = delete;
+
+   private:
+    bool switched_ = false;
+    CUcontext previous_ = nullptr;
+    int previous_device_ = -1;
+  };
+
+ private:
+  struct DeviceSlot {
+    CUdevice dev = 0;
+    std::once_flag ctx_once;
+    std::atomic<CUcontext> ctx{nullptr};
+    std::once_flag info_once;
+    DeviceInfo info;
+  };
+  DeviceSlot& slot(int device, const char* what);
+  void build_slots();
+
+  std::once_flag slots_once_;
+  std::unique_ptr<DeviceSlot[]> slots_;
+  int slot_count_ = 0;
+};
+
+// The calling thread's cached current device: -1 when unknown (never set through cudakit).
+int& thread_current_device() noexcept;
+
+}  // namespace cudakit::detail::cuda

@@ -1,0 +1,203 @@
+// CudaBackend: stream capture, graph instantiation/launch and graph introspection.
+#include <unordered_map>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail::cuda {
+namespace {
+
+CUstream cu(StreamHandle s) { return static_cast<CUstream>(s); }
+CUgraph graph(GraphHandle g) { return static_cast<CUgraph>(g); }
+bool ignorable_at_release(CUresult rc) { return rc == CUDA_ERROR_DEINITIALIZED; }
+
+static_assert(static_cast<int>(CaptureMode::global) == CU_STREAM_CAPTURE_MODE_GLOBAL);
+static_assert(static_cast<int>(CaptureMode::thread_local_) == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+static_assert(static_cast<int>(CaptureMode::relaxed) == CU_STREAM_CAPTURE_MODE_RELAXED);
+
+GraphNodeType map_type(CUgraphNodeType t) {
+  switch (t) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return GraphNodeType::kernel;
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return GraphNodeType::memcpy;
+    case CU_GRAPH_NODE_TYPE_MEMSET: return GraphNodeType::memset;
+    case CU_GRAPH_NODE_TYPE_HOST: return GraphNodeType::host;
+    case CU_GRAPH_NODE_TYPE_GRAPH: return GraphNodeType::graph;
+    case CU_GRAPH_NODE_TYPE_EMPTY: return GraphNodeType::empty;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return GraphNodeType::wait_event;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return GraphNodeType::event_record;
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return GraphNodeType::mem_alloc;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return GraphNodeType::mem_free;
+    default: return GraphNodeType::other;
+  }
+}
+
+const char* type_label(CUgraphNodeType t) {
+  switch (t) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return "kernel";
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return "memcpy";
+    case CU_GRAPH_NODE_TYPE_MEMSET: return "memset";
+    case CU_GRAPH_NODE_TYPE_HOST: return "host";
+    case CU_GRAPH_NODE_TYPE_GRAPH: return "graph";
+    case CU_GRAPH_NODE_TYPE_EMPTY: return "empty";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "wait_event";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "event_record";
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL: return "ext_semaphore_signal";
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT: return "ext_semaphore_wait";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "mem_alloc";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "mem_free";
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return "batch_mem_op";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "conditional";
+    default: return "other";
+  }
+}
+
+// Kernel name of a kernel node, or "kernel" when the driver cannot tell.
+std::string kernel_label(const EntryPoints& t, CUgraphNode node) {
+  if (!t.cuGraphKernelNodeGetParams) return "kernel";
+  CUDA_KERNEL_NODE_PARAMS params{};
+  if (t.cuGraphKernelNodeGetParams(node, &params) != CUDA_SUCCESS) return "kernel";
+  const char* name = nullptr;
+  if (params.func && t.cuFuncGetName) {
+    t.cuFuncGetName(&name, params.func);
+  } else if (!params.func && params.kern && t.cuKernelGetName) {
+    t.cuKernelGetName(&name, params.kern);
+  }
+  return name ? std::string(name) : std::string("kernel");
+}
+
+std::vector<CUgraphNode> nodes_of(const EntryPoints& t, CUgraph g) {
+  std::size_t n = 0;
+  check(t.cuGraphGetNodes(g, nullptr, &n), "cuGraphGetNodes");
+  std::vector<CUgraphNode> nodes(n);
+  if (n) check(t.cuGraphGetNodes(g, nodes.data(), &n), "cuGraphGetNodes");
+  nodes.resize(n);
+  return nodes;
+}
+
+// Stable id of a node: the driver's tools id or local id where available, else its index in
+// cuGraphGetNodes order (stable for an unmodified graph).
+std::uint64_t node_id(const EntryPoints& t, CUgraphNode node, std::size_t index) {
+  if (t.cuGraphNodeGetToolsId) {
+    unsigned long long id = 0;
+    if (t.cuGraphNodeGetToolsId(node, &id) == CUDA_SUCCESS) return id;
+  }
+  if (t.cuGraphNodeGetLocalId) {
+    unsigned int id = 0;
+    if (t.cuGraphNodeGetLocalId(node, &id) == CUDA_SUCCESS) return id;
+  }
+  return index;
+}
+
+}  // namespace
+
+void CudaBackend::stream_begin_capture(StreamHandle s, CaptureMode mode) {
+  ensure_current_context("stream_begin_capture");
+  check(api("stream_begin_capture")
+            .cuStreamBeginCapture(cu(s), static_cast<CUstreamCaptureMode>(mode)),
+        "cuStreamBeginCapture");
+}
+
+GraphHandle CudaBackend::stream_end_capture(StreamHandle s) {
+  ensure_current_context("stream_end_capture");
+  CUgraph g = nullptr;
+  check(api("stream_end_capture").cuStreamEndCapture(cu(s), &g), "cuStreamEndCapture");
+  return g;
+}
+
+CaptureStatus CudaBackend::stream_capture_status(StreamHandle s, std::uint64_t* capture_id) {
+  ensure_current_context("stream_capture_status");
+  const EntryPoints& t = api("stream_capture_status");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  // CUDA 12.3+ signature (graph, dependencies, edge data, count): all optional outputs.
+  check(CUDAKIT_CU_OPTIONAL(t, cuStreamGetCaptureInfo)(cu(s), &status, &id, nullptr, nullptr,
+                                                       nullptr, nullptr),
+        "cuStreamGetCaptureInfo");
+  switch (status) {
+    case CU_STREAM_CAPTURE_STATUS_ACTIVE:
+      if (capture_id) *capture_id = id;
+      return CaptureStatus::active;
+    case CU_STREAM_CAPTURE_STATUS_INVALIDATED:
+      if (capture_id) *capture_id = id;
+      return CaptureStatus::invalidated;
+    default:
+      return CaptureStatus::none;
+  }
+}
+
+GraphExecHandle CudaBackend::graph_instantiate(GraphHandle g) {
+  ensure_current_context("graph_instantiate");
+  CUgraphExec exec = nullptr;
+  check(api("graph_instantiate").cuGraphInstantiateWithFlags(&exec, graph(g), 0),
+        "cuGraphInstantiateWithFlags");
+  return exec;
+}
+
+void CudaBackend::graph_launch(GraphExecHandle g, StreamHandle s) {
+  ensure_current_context("graph_launch");
+  check(api("graph_launch").cuGraphLaunch(static_cast<CUgraphExec>(g), cu(s)), "cuGraphLaunch");
+}
+
+void CudaBackend::graph_destroy(GraphHandle g) {
+  if (!g || is_shutting_down()) return;
+  CUresult rc = api("graph_destroy").cuGraphDestroy(graph(g));
+  if (!ignorable_at_release(rc)) check(rc, "cuGraphDestroy");
+}
+
+void CudaBackend::graph_exec_destroy(GraphExecHandle g) {
+  if (!g || is_shutting_down()) return;
+  CUresult rc = api("graph_exec_destroy").cuGraphExecDestroy(static_cast<CUgraphExec>(g));
+  if (!ignorable_at_release(rc)) check(rc, "cuGraphExecDestroy");
+}
+
+std::vector<GraphNodeInfo> CudaBackend::graph_nodes(GraphHandle g) {
+  const EntryPoints& t = api("graph_nodes");
+  std::vector<CUgraphNode> nodes = nodes_of(t, graph(g));
+  std::vector<GraphNodeInfo> out;
+  out.reserve(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    check(t.cuGraphNodeGetType(nodes[i], &type), "cuGraphNodeGetType");
+    GraphNodeInfo info;
+    info.id = node_id(t, nodes[i], i);
+    info.type = map_type(type);
+    info.label = type == CU_GRAPH_NODE_TYPE_KERNEL ? kernel_label(t, nodes[i])
+                                                   : std::string(type_label(type));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<GraphEdge> CudaBackend::graph_edges(GraphHandle g) {
+  const EntryPoints& t = api("graph_edges");
+  auto get_edges = CUDAKIT_CU_OPTIONAL(t, cuGraphGetEdges);
+  std::vector<CUgraphNode> nodes = nodes_of(t, graph(g));
+  std::unordered_map<CUgraphNode, std::uint64_t> ids;
+  for (std::size_t i = 0; i < nodes.size(); ++i) ids.emplace(nodes[i], node_id(t, nodes[i], i));
+
+  std::size_t n = 0;
+  check(get_edges(graph(g), nullptr, nullptr, nullptr, &n), "cuGraphGetEdges");
+  std::vector<CUgraphNode> from(n), to(n);
+  // Edge data is requested too: with a null array the driver reports CUDA_ERROR_LOSSY_QUERY
+  // for graphs whose edges carry non-default data (programmatic dependencies).
+  std::vector<CUgraphEdgeData> data(n);
+  if (n) check(get_edges(graph(g), from.data(), to.data(), data.data(), &n), "cuGraphGetEdges");
+  std::vector<GraphEdge> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n && i < from.size(); ++i) {
+    auto f = ids.find(from[i]);
+    auto d = ids.find(to[i]);
+    if (f == ids.end() || d == ids.end()) continue;  // cannot happen for a stable graph
+    out.push_back(GraphEdge{f->second, d->second});
+  }
+  return out;
+}
+
+void CudaBackend::graph_debug_dot_print(GraphHandle g, const std::string& path) {
+  const EntryPoints& t = api("graph_debug_dot_print");
+  check(CUDAKIT_CU_OPTIONAL(t, cuGraphDebugDotPrint)(graph(g), path.c_str(),
+                                                     CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE),
+        "cuGraphDebugDotPrint");
+}
+
+}  // namespace cudakit::detail::cuda

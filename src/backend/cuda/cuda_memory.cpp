@@ -1,0 +1,194 @@
+// CudaBackend: device / pinned / stream-ordered allocation, virtual memory, copies.
+//
+// Allocation calls return nullptr / 0 on CUDA_ERROR_OUT_OF_MEMORY (the caching allocator frees
+// cached blocks and retries before it reports); every other failure throws.
+// Release calls are silent no-ops once the process is exiting (no driver calls at exit).
+#include <cstdint>
+
+#include "backend/cuda/cuda_backend.hpp"
+
+namespace cudakit::detail::cuda {
+namespace {
+
+CUdeviceptr dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }
+void* hptr(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }
+CUstream cu(StreamHandle s) { return static_cast<CUstream>(s); }
+
+// Teardown can race with the driver's own shutdown; a release then has nothing left to do.
+bool ignorable_at_release(CUresult rc) { return rc == CUDA_ERROR_DEINITIALIZED; }
+
+CUmemAllocationProp pinned_on(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+}  // namespace
+
+void* CudaBackend::mem_alloc(int device, std::size_t bytes) {
+  ContextScope scope(*this, device, "mem_alloc");
+  CUdeviceptr p = 0;
+  CUresult rc = api("mem_alloc").cuMemAlloc(&p, bytes);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  check(rc, "cuMemAlloc");
+  return hptr(p);
+}
+
+void CudaBackend::mem_free(int device, void* ptr) {
+  if (!ptr || is_shutting_down()) return;
+  ContextScope scope(*this, device, "mem_free");
+  CUresult rc = api("mem_free").cuMemFree(dptr(ptr));
+  if (!ignorable_at_release(rc)) check(rc, "cuMemFree");
+}
+
+void* CudaBackend::host_alloc_pinned(std::size_t bytes) {
+  ensure_current_context("host_alloc_pinned");
+  void* p = nullptr;
+  // Portable: usable by every context (device), not only the one current here.
+  CUresult rc = api("host_alloc_pinned").cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  check(rc, "cuMemHostAlloc");
+  return p;
+}
+
+void CudaBackend::host_free_pinned(void* ptr) {
+  if (!ptr || is_shutting_down()) return;
+  ensure_current_context("host_free_pinned");
+  CUresult rc = api("host_free_pinned").cuMemFreeHost(ptr);
+  if (!ignorable_at_release(rc)) check(rc, "cuMemFreeHost");
+}
+
+void* CudaBackend::mem_alloc_async(int device, std::size_t bytes, StreamHandle s) {
+  ContextScope scope(*this, device, "mem_alloc_async");
+  const EntryPoints& t = api("mem_alloc_async");
+  CUdeviceptr p = 0;
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemAllocAsync)(&p, bytes, cu(s));
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  check(rc, "cuMemAllocAsync");
+  return hptr(p);
+}
+
+void CudaBackend::mem_free_async(void* ptr, StreamHandle s) {
+  if (!ptr || is_shutting_down()) return;
+  ensure_current_context("mem_free_async");
+  const EntryPoints& t = api("mem_free_async");
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemFreeAsync)(dptr(ptr), cu(s));
+  if (!ignorable_at_release(rc)) check(rc, "cuMemFreeAsync");
+}
+
+// ---- virtual memory ----
+
+std::size_t CudaBackend::vm_granularity(int device) {
+  cu_device(device, "vm_granularity");
+  const EntryPoints& t = api("vm_granularity");
+  CUmemAllocationProp prop = pinned_on(device);
+  std::size_t g = 0;
+  check(CUDAKIT_CU_OPTIONAL(t, cuMemGetAllocationGranularity)(&g, &prop,
+                                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity");
+  return g;
+}
+
+std::uintptr_t CudaBackend::vm_reserve(int device, std::size_t bytes) {
+  ContextScope scope(*this, device, "vm_reserve");
+  const EntryPoints& t = api("vm_reserve");
+  CUdeviceptr va = 0;
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemAddressReserve)(&va, bytes, 0, 0, 0);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return 0;  // address space exhausted
+  check(rc, "cuMemAddressReserve");
+  return static_cast<std::uintptr_t>(va);
+}
+
+void CudaBackend::vm_release(std::uintptr_t va, std::size_t bytes) {
+  if (!va || is_shutting_down()) return;
+  ensure_current_context("vm_release");
+  const EntryPoints& t = api("vm_release");
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemAddressFree)(static_cast<CUdeviceptr>(va), bytes);
+  if (!ignorable_at_release(rc)) check(rc, "cuMemAddressFree");
+}
+
+PhysMemHandle CudaBackend::vm_create(int device, std::size_t bytes) {
+  ContextScope scope(*this, device, "vm_create");
+  const EntryPoints& t = api("vm_create");
+  CUmemAllocationProp prop = pinned_on(device);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemCreate)(&h, bytes, &prop, 0);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return 0;
+  check(rc, "cuMemCreate");
+  static_assert(sizeof(PhysMemHandle) == sizeof(CUmemGenericAllocationHandle));
+  return static_cast<PhysMemHandle>(h);
+}
+
+void CudaBackend::vm_destroy(PhysMemHandle h) {
+  if (!h || is_shutting_down()) return;
+  ensure_current_context("vm_destroy");
+  const EntryPoints& t = api("vm_destroy");
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemRelease)(static_cast<CUmemGenericAllocationHandle>(h));
+  if (!ignorable_at_release(rc)) check(rc, "cuMemRelease");
+}
+
+void CudaBackend::vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) {
+  ContextScope scope(*this, device, "vm_map");
+  const EntryPoints& t = api("vm_map");
+  auto ptr = static_cast<CUdeviceptr>(va);
+  check(CUDAKIT_CU_OPTIONAL(t, cuMemMap)(ptr, bytes, 0, static_cast<CUmemGenericAllocationHandle>(h), 0),
+        "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemSetAccess)(ptr, bytes, &access, 1);
+  if (rc != CUDA_SUCCESS) {
+    t.cuMemUnmap(ptr, bytes);  // leave no half-usable mapping behind
+    throw_cu(rc, "cuMemSetAccess");
+  }
+}
+
+void CudaBackend::vm_unmap(std::uintptr_t va, std::size_t bytes) {
+  if (!va || is_shutting_down()) return;
+  ensure_current_context("vm_unmap");
+  const EntryPoints& t = api("vm_unmap");
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemUnmap)(static_cast<CUdeviceptr>(va), bytes);
+  if (!ignorable_at_release(rc)) check(rc, "cuMemUnmap");
+}
+
+int CudaBackend::pointer_device(const void* ptr) {
+  if (!ptr) return -1;
+  const EntryPoints& t = api("pointer_device");
+  // No context is needed for pointer queries (unified addressing); do not create one.
+  unsigned int type = 0;
+  CUresult rc = t.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(ptr));
+  if (rc == CUDA_ERROR_INVALID_CONTEXT) {
+    ensure_current_context("pointer_device");
+    rc = t.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(ptr));
+  }
+  if (rc == CUDA_ERROR_INVALID_VALUE) return -1;  // memory the driver does not know: host
+  check(rc, "cuPointerGetAttribute(MEMORY_TYPE)");
+  if (type == CU_MEMORYTYPE_HOST) return -1;
+  int ordinal = -1;
+  rc = t.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr(ptr));
+  if (rc == CUDA_ERROR_INVALID_VALUE) return -1;
+  check(rc, "cuPointerGetAttribute(DEVICE_ORDINAL)");
+  return ordinal;
+}
+
+// ---- copies ----
+
+void CudaBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) {
+  if (bytes == 0) return;
+  ensure_current_context("memcpy_async");
+  check(api("memcpy_async").cuMemcpyAsync(dptr(dst), dptr(src), bytes, cu(s)), "cuMemcpyAsync");
+}
+
+void CudaBackend::memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
+                                  StreamHandle s) {
+  if (bytes == 0) return;
+  ensure_current_context("memset_d8_async");
+  check(api("memset_d8_async").cuMemsetD8Async(dptr(dst), value, bytes, cu(s)),
+        "cuMemsetD8Async");
+}
+
+}  // namespace cudakit::detail::cuda
