@@ -110,33 +110,35 @@ void EmulatedBackend::event_synchronize(EventHandle e) {
 }
 
 float EmulatedBackend::event_elapsed_ms(EventHandle start, EventHandle end) {
-  std::int64_t t[2];
   Event* evs[2] = {event_ptr(start), event_ptr(end)};
+  std::shared_ptr<Stream> st[2];
+  std::shared_ptr<TimeSlot> slot[2];
+  std::uint64_t seq[2] = {0, 0};
+  // Handle errors (timing disabled, never recorded) win over "not ready", as on CUDA.
   for (int i = 0; i < 2; ++i) {
     Event* ev = evs[i];
     if (ev->flags & kEventDisableTiming) {
       fail(errc::invalid_handle, "event_elapsed_ms: event created with timing disabled "
                                  "(create it with enable_timing)");
     }
-    std::shared_ptr<Stream> st;
-    std::shared_ptr<TimeSlot> slot;
-    std::uint64_t seq;
-    {
-      std::lock_guard lk(ev->mu);
-      st = ev->stream;
-      slot = ev->slot;
-      seq = ev->seq;
+    std::lock_guard lk(ev->mu);
+    st[i] = ev->stream;
+    slot[i] = ev->slot;
+    seq[i] = ev->seq;
+    if (!st[i] || !slot[i]) {
+      fail(errc::invalid_handle, "event_elapsed_ms: both events must be recorded first "
+                                 "(outside stream capture)");
     }
-    if (!st || !slot) {
-      fail(errc::invalid_handle, "event_elapsed_ms: both events must be recorded first");
-    }
-    if (!reached(*st, seq)) {
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (!reached(*st[i], seq[i])) {
       fail(errc::not_ready, "event_elapsed_ms: an event has not completed yet "
                             "(synchronize it first)");
     }
-    t[i] = slot->ns.load(std::memory_order_acquire);
   }
-  return static_cast<float>(static_cast<double>(t[1] - t[0]) / 1e6);
+  std::int64_t t0 = slot[0]->ns.load(std::memory_order_acquire);
+  std::int64_t t1 = slot[1]->ns.load(std::memory_order_acquire);
+  return static_cast<float>(static_cast<double>(t1 - t0) / 1e6);
 }
 
 IpcHandle EmulatedBackend::event_ipc_handle(EventHandle e) {
