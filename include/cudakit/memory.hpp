@@ -1,0 +1,217 @@
+// Device memory management (seed: "Memory management" of torch.cuda): the caching
+// allocator's statistics and controls, raw caching_allocator_alloc/delete, per-process
+// memory fraction, IPC sharing, and memory pools.
+//
+// Every function taking `device` accepts kCurrentDevice. Functions are thread-safe.
+// The allocator itself is documented in src/memory/device_allocator.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cudakit/device.hpp"
+#include "cudakit/stream.hpp"
+
+namespace cudakit {
+
+// ---- statistics (torch's DeviceStats) ----
+struct MemoryStat {
+  std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+};
+enum class StatPool { all = 0, small_pool = 1, large_pool = 2 };
+inline constexpr int kNumStatPools = 3;
+inline constexpr const char* kStatPoolNames[kNumStatPools] = {"all", "small_pool", "large_pool"};
+
+struct MemoryStats {
+  MemoryStat allocation[kNumStatPools];          // live allocations (count)
+  MemoryStat segment[kNumStatPools];             // device allocations (count)
+  MemoryStat active[kNumStatPools];              // live or awaiting stream events (count)
+  MemoryStat inactive_split[kNumStatPools];      // free pieces of split segments (count)
+  MemoryStat allocated_bytes[kNumStatPools];     // bytes handed out (rounded)
+  MemoryStat reserved_bytes[kNumStatPools];      // bytes obtained from the device
+  MemoryStat active_bytes[kNumStatPools];
+  MemoryStat inactive_split_bytes[kNumStatPools];
+  MemoryStat requested_bytes[kNumStatPools];     // bytes asked for (unrounded)
+  std::int64_t num_alloc_retries = 0;   // device allocation failed, cache flushed, retried
+  std::int64_t num_ooms = 0;            // OutOfMemoryError raised
+  std::int64_t num_sync_all_streams = 0;
+  std::int64_t num_device_alloc = 0;    // calls to the device allocation API
+  std::int64_t num_device_free = 0;
+  std::int64_t max_split_size = 0;      // -1 when unlimited (torch: SIZE_MAX → -1)
+  MemoryStat oversize_allocations;      // allocations > max_split_size
+  MemoryStat oversize_segments;
+};
+
+// Typed statistics of `device`'s caching allocator.
+MemoryStats memory_stats_of(int device = kCurrentDevice);
+// torch.cuda.memory_stats(): flat keys ("allocated_bytes.all.current", "num_ooms", ...),
+// sorted as torch's OrderedDict.
+std::map<std::string, std::int64_t> memory_stats(int device = kCurrentDevice);
+
+std::size_t memory_allocated(int device = kCurrentDevice);      // O(1)
+std::size_t max_memory_allocated(int device = kCurrentDevice);
+std::size_t memory_reserved(int device = kCurrentDevice);
+std::size_t max_memory_reserved(int device = kCurrentDevice);
+inline std::size_t memory_cached(int device = kCurrentDevice) { return memory_reserved(device); }
+inline std::size_t max_memory_cached(int device = kCurrentDevice) {
+  return max_memory_reserved(device);
+}
+void reset_peak_memory_stats(int device = kCurrentDevice);
+void reset_accumulated_memory_stats(int device = kCurrentDevice);
+void reset_max_memory_allocated(int device = kCurrentDevice);  // = reset_peak_memory_stats
+void reset_max_memory_cached(int device = kCurrentDevice);     // = reset_peak_memory_stats
+// Human-readable table of the statistics (torch's memory_summary layout).
+std::string memory_summary(int device = kCurrentDevice, bool abbreviated = false);
+
+// ---- controls ----
+// Returns every unused cached block (all devices that have an allocator) to the device.
+void empty_cache();
+// Caps this process's reserved memory on `device` at fraction * total. fraction in [0, 1].
+void set_per_process_memory_fraction(double fraction, int device = kCurrentDevice);
+double get_per_process_memory_fraction(int device = kCurrentDevice);
+// "native" or "cudaMallocAsync" (CUDAKIT_ALLOC_CONF=backend:...).
+std::string get_allocator_backend();
+// Replaces the allocator settings at run time (torch.cuda.memory._set_allocator_settings):
+// takes effect for allocators created afterwards and for keys that are read per call.
+void set_allocator_settings(const std::string& conf);
+
+// Raw memory from the caching allocator (torch.cuda.caching_allocator_alloc/delete).
+// `stream` defaults to the current stream of `device`.
+void* caching_allocator_alloc(std::size_t bytes, int device = kCurrentDevice,
+                              std::optional<StreamRef> stream = std::nullopt);
+void caching_allocator_delete(void* ptr);
+// While disabled, allocations go straight to the device (and frees straight back).
+void caching_allocator_enable(bool enabled = true);
+bool caching_allocator_enabled() noexcept;
+// RAII: disables the caching allocator in its scope (torch.cuda.caching_allocator_disabled).
+class CachingAllocatorDisabled {
+ public:
+  CachingAllocatorDisabled() : prev_(caching_allocator_enabled()) { caching_allocator_enable(false); }
+  ~CachingAllocatorDisabled() { caching_allocator_enable(prev_); }
+  CachingAllocatorDisabled(const CachingAllocatorDisabled&) = delete;
+  CachingAllocatorDisabled& operator=(const CachingAllocatorDisabled&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// The device owning a caching-allocator pointer, its block size and allocation stream.
+struct AllocationInfo {
+  int device = -1;
+  std::size_t size = 0;       // block size (rounded)
+  std::size_t requested = 0;  // bytes asked for
+  StreamRef stream = StreamRef::default_for(-1);
+};
+std::optional<AllocationInfo> allocation_info(const void* ptr);
+
+// ---- device-wide information ----
+struct GpuProcess {
+  int pid = 0;
+  std::size_t used_bytes = 0;
+};
+std::vector<GpuProcess> gpu_processes(int device = kCurrentDevice);
+// torch.cuda.list_gpu_processes(): a readable listing.
+std::string list_gpu_processes(int device = kCurrentDevice);
+
+// ---- IPC ----
+struct IpcMemHandle {
+  unsigned char bytes[64] = {};
+  int device = -1;
+  std::size_t offset = 0;  // offset of the allocation in the exported segment
+  std::size_t size = 0;    // bytes of the allocation
+};
+// Exports a caching-allocator allocation for another process.
+IpcMemHandle ipc_export(void* ptr);
+// Opens a handle from another process; close with ipc_close (or it is closed by
+// ipc_collect once no longer referenced). Returns the allocation's address.
+void* ipc_import(const IpcMemHandle& handle);
+void ipc_close(void* ptr);
+// Releases imported segments that are no longer used (torch.cuda.ipc_collect).
+void ipc_collect();
+
+}  // namespace cudakit
+
+namespace cudakit {
+
+// ---- pinned host allocator statistics (torch.cuda.host_memory_stats) ----
+// Keys: "allocations|allocated_bytes|segment|reserved_bytes|active_requests|active_bytes"
+// + ".{current,peak,allocated,freed}", "num_host_alloc", "num_host_free",
+// "host_alloc_time.{total,max,min,count,avg}", "host_free_time.{...}" (microseconds).
+std::map<std::string, std::int64_t> host_memory_stats();
+void reset_accumulated_host_memory_stats();
+void reset_peak_host_memory_stats();
+// Returns cached pinned blocks to the system.
+void host_empty_cache();
+
+// ---- memory pools ----
+using MempoolId = std::pair<std::uint64_t, std::uint64_t>;
+
+// A private pool of the caching allocator (torch.cuda.MemPool). Allocations routed to it
+// (use_mem_pool, graph capture) never share segments with the default pool. Segments are
+// returned when the pool is destroyed and no allocation from it is alive.
+// Thread-safety: methods are thread-safe; a pool object is owned by one thread.
+class MemPool {
+ public:
+  explicit MemPool(bool use_on_oom = false, bool no_split = false, int device = kCurrentDevice);
+  // Shares an existing pool (e.g. graph_pool_handle()).
+  MemPool(MempoolId id, int device);
+  ~MemPool();
+  MemPool(const MemPool&) = delete;
+  MemPool& operator=(const MemPool&) = delete;
+  MempoolId id() const noexcept { return id_; }
+  int device() const noexcept { return device_; }
+  int use_count() const;
+
+ private:
+  MempoolId id_;
+  int device_;
+};
+
+// A fresh pool id (torch.cuda.graph_pool_handle): a pool created on first use.
+MempoolId graph_pool_handle();
+
+// RAII: allocations of the calling thread on `device` go to `pool` (torch.cuda.use_mem_pool).
+class UseMemPool {
+ public:
+  explicit UseMemPool(const MemPool& pool, int device = kCurrentDevice);
+  ~UseMemPool();
+  UseMemPool(const UseMemPool&) = delete;
+  UseMemPool& operator=(const UseMemPool&) = delete;
+
+ private:
+  MempoolId id_;
+  int device_;
+};
+
+// General routing (used by graph capture): until end_allocate_to_pool, allocations on
+// `device` whose stream passes `filter` go to pool `id` (created if needed).
+void begin_allocate_to_pool(int device, MempoolId id,
+                            std::function<bool(detail::StreamHandle)> filter);
+void end_allocate_to_pool(int device, MempoolId id);
+void release_pool(int device, MempoolId id);
+
+// ---- pluggable allocators ----
+// torch.cuda.memory.CUDAPluggableAllocator: loads `path` and resolves the two functions.
+class PluggableAllocator {
+ public:
+  PluggableAllocator(const std::string& path, const std::string& alloc_fn_name,
+                     const std::string& free_fn_name);
+  std::shared_ptr<void> impl() const noexcept { return impl_; }
+
+ private:
+  std::shared_ptr<void> impl_;
+};
+// Routes every later device allocation to `allocator` (torch.cuda.change_current_allocator).
+// Memory allocated before keeps being freed by its own allocator.
+void change_current_allocator(const PluggableAllocator& allocator);
+// Back to the built-in caching allocator.
+void reset_current_allocator();
+
+}  // namespace cudakit

@@ -1,0 +1,103 @@
+// include/cudakit/allocation.hpp: the allocation contract other modules use.
+#include "cudakit/allocation.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "cudakit/error.hpp"
+#include "memory/device_allocator.hpp"
+#include "memory/host_allocator.hpp"
+#include "memory/pluggable.hpp"
+
+namespace cudakit {
+
+namespace memory {
+int resolve_alloc_device(int device) {
+  if (device == kCurrentDevice) return detail::backend().current_device();
+  if (device < 0)
+    throw ValueError("invalid device index " + std::to_string(device) +
+                     ": pass a device ordinal >= 0 or kCurrentDevice");
+  return device;
+}
+
+void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+  if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
+  return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream)->ptr);
+}
+
+bool raw_free(void* ptr, int dev_hint) {
+  if (PluggedAllocator* p = plugged_allocator()) {
+    if (p->free(ptr)) return true;
+  }
+  if (dev_hint >= 0) {
+    if (device_allocator(dev_hint).free(ptr)) return true;
+  }
+  for (DeviceAllocator* a : existing_allocators())
+    if (a->device() != dev_hint && a->free(ptr)) return true;
+  return false;
+}
+}  // namespace memory
+
+void Allocation::reset() noexcept {
+  if (!ptr_) return;
+  void* p = std::exchange(ptr_, nullptr);
+  size_ = 0;
+  if (detail::is_shutting_down()) return;  // no device calls at exit
+  try {
+    switch (kind_) {
+      case MemoryKind::device:
+        memory::raw_free(p, device_);
+        break;
+      case MemoryKind::pinned_host:
+        memory::host_allocator().free(p);
+        break;
+      case MemoryKind::pageable_host:
+        std::free(p);
+        break;
+    }
+  } catch (...) {
+    // Destructors never throw; a failing free leaves the block cached.
+  }
+}
+
+Allocation allocate_device(std::size_t bytes, int device, std::optional<StreamRef> stream) {
+  const int dev = memory::resolve_alloc_device(device);
+  StreamRef s = stream ? *stream : current_stream(dev);
+  if (bytes == 0) return Allocation(nullptr, 0, dev, MemoryKind::device, s);
+  if (s.device() >= 0 && s.device() != dev)
+    throw ValueError("allocate_device: stream belongs to device " + std::to_string(s.device()) +
+                     " but memory was requested on device " + std::to_string(dev) +
+                     ": pass a stream of the same device");
+  void* p = memory::raw_alloc(bytes, dev, s.handle());
+  return Allocation(p, bytes, dev, MemoryKind::device, s);
+}
+
+Allocation allocate_host(std::size_t bytes, bool pinned) {
+  if (bytes == 0)
+    return Allocation(nullptr, 0, -1, pinned ? MemoryKind::pinned_host : MemoryKind::pageable_host,
+                      StreamRef::default_for(-1));
+  if (pinned) {
+    void* p = memory::host_allocator().allocate(bytes);
+    return Allocation(p, bytes, -1, MemoryKind::pinned_host, StreamRef::default_for(-1));
+  }
+  void* p = std::malloc(bytes);
+  if (!p)
+    throw OutOfMemoryError("host allocation of " + std::to_string(bytes) + " bytes failed", -1,
+                           bytes);
+  return Allocation(p, bytes, -1, MemoryKind::pageable_host, StreamRef::default_for(-1));
+}
+
+void record_stream(void* ptr, StreamRef stream) {
+  if (!ptr) return;
+  int dev = stream.device() >= 0 ? stream.device() : detail::backend().current_device();
+  if (memory::host_allocator().record_event(ptr, stream.handle(), dev)) return;
+  if (memory::PluggedAllocator* p = memory::plugged_allocator()) {
+    if (p->owns(ptr)) return;  // a plugged allocator has no stream semantics to extend
+  }
+  for (memory::DeviceAllocator* a : memory::existing_allocators())
+    if (a->record_stream(ptr, stream.handle())) return;
+  throw ValueError("record_stream: pointer is not a live allocation of cudakit's caching "
+                   "allocator (already freed, or allocated elsewhere)");
+}
+
+}  // namespace cudakit

@@ -1,0 +1,210 @@
+// Parser for CUDAKIT_ALLOC_CONF. Accepts torch's syntax exactly so an existing
+// PYTORCH_CUDA_ALLOC_CONF works unchanged; rejects anything it does not understand (a typo
+// silently ignored would be a fragmentation bug that nobody can find).
+#include "memory/config.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cudakit/error.hpp"
+
+namespace cudakit::memory {
+namespace {
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+[[noreturn]] void bad(const std::string& var, const std::string& key, const std::string& value,
+                      const std::string& expected) {
+  throw ValueError(var + ": invalid value '" + value + "' for key '" + key + "': expected " +
+                   expected);
+}
+
+double parse_number(const std::string& var, const std::string& key, const std::string& v,
+                    const std::string& expected) {
+  if (v.empty()) bad(var, key, v, expected);
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size() || !std::isfinite(d)) bad(var, key, v, expected);
+  return d;
+}
+
+bool parse_bool(const std::string& var, const std::string& key, const std::string& v) {
+  if (v == "True" || v == "true" || v == "1") return true;
+  if (v == "False" || v == "false" || v == "0") return false;
+  bad(var, key, v, "True or False");
+}
+
+bool is_pow2(std::size_t v) { return v && !(v & (v - 1)); }
+
+// Splits "a:b,c:[x:1,y:2],d:e" at top-level commas.
+std::vector<std::string> split_top(const std::string& s) {
+  std::vector<std::string> out;
+  int depth = 0;
+  std::string cur;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!trim(cur).empty() || !out.empty()) out.push_back(cur);
+  return out;
+}
+
+std::size_t bucket_of_mb(std::size_t mb) {  // log2 bucket of a MiB size (1 → 0)
+  std::size_t b = 0;
+  while ((std::size_t(1) << (b + 1)) <= mb && b < 63) ++b;
+  return b;
+}
+
+void parse_roundup(AllocatorConfig& c, const std::string& var, const std::string& v) {
+  const std::string key = "roundup_power2_divisions";
+  const std::string expected =
+      "a power of two (e.g. 4) or a list like [256:1,512:2,1024:4,>:8] of "
+      "<size in MiB, a power of two>:<divisions, a power of two or 0>";
+  auto check_div = [&](const std::string& s) {
+    double d = parse_number(var, key, trim(s), expected);
+    if (d < 0 || d != std::floor(d) || (d != 0 && !is_pow2(std::size_t(d))))
+      bad(var, key, v, expected);
+    return unsigned(d);
+  };
+  if (!v.empty() && v.front() == '[') {
+    if (v.back() != ']') bad(var, key, v, expected);
+    std::string inner = v.substr(1, v.size() - 2);
+    std::size_t last_bucket = 0;
+    bool first = true;
+    for (const std::string& item : split_top(inner)) {
+      auto colon = item.find(':');
+      if (colon == std::string::npos) bad(var, key, v, expected);
+      std::string sz = trim(item.substr(0, colon));
+      unsigned div = check_div(item.substr(colon + 1));
+      if (sz == ">") {
+        for (std::size_t i = first ? 0 : last_bucket + 1; i < c.roundup_power2_divisions.size(); ++i)
+          c.roundup_power2_divisions[i] = div;
+        continue;
+      }
+      double mb = parse_number(var, key, sz, expected);
+      if (mb <= 0 || mb != std::floor(mb) || !is_pow2(std::size_t(mb))) bad(var, key, v, expected);
+      std::size_t bucket = bucket_of_mb(std::size_t(mb));
+      // Like torch: earlier entries fill the buckets below them.
+      for (std::size_t i = first ? 0 : last_bucket + 1; i <= bucket; ++i)
+        c.roundup_power2_divisions[i] = div;
+      last_bucket = bucket;
+      first = false;
+    }
+  } else {
+    unsigned div = check_div(v);
+    c.roundup_power2_divisions.fill(div);
+  }
+}
+
+}  // namespace
+
+unsigned AllocatorConfig::divisions_for(std::size_t size) const noexcept {
+  std::size_t mb = size / kMiB;
+  return roundup_power2_divisions[mb == 0 ? 0 : bucket_of_mb(mb)];
+}
+
+AllocatorConfig AllocatorConfig::parse(const std::string& text, const std::string& var) {
+  AllocatorConfig c;
+  if (!trim(text).empty()) c.source = var + "=" + text;
+  for (const std::string& raw : split_top(text)) {
+    std::string item = trim(raw);
+    if (item.empty()) continue;
+    auto colon = item.find(':');
+    if (colon == std::string::npos)
+      throw ValueError(var + ": entry '" + item + "' has no value: write key:value (entries are "
+                       "separated by commas)");
+    std::string key = trim(item.substr(0, colon));
+    std::string v = trim(item.substr(colon + 1));
+    if (key == "max_split_size_mb") {
+      double mb = parse_number(var, key, v, "a size in MiB greater than 20");
+      if (mb <= 20) bad(var, key, v, "a size in MiB greater than 20");
+      c.max_split_size = std::size_t(mb) * kMiB;
+    } else if (key == "max_non_split_rounding_mb") {
+      double mb = parse_number(var, key, v, "a size in MiB >= 1");
+      if (mb < 1) bad(var, key, v, "a size in MiB >= 1");
+      c.max_non_split_rounding = std::size_t(mb) * kMiB;
+    } else if (key == "garbage_collection_threshold") {
+      double t = parse_number(var, key, v, "a number in (0, 1)");
+      if (t <= 0 || t >= 1) bad(var, key, v, "a number in (0, 1)");
+      c.garbage_collection_threshold = t;
+    } else if (key == "roundup_power2_divisions") {
+      parse_roundup(c, var, v);
+    } else if (key == "expandable_segments") {
+      c.expandable_segments = parse_bool(var, key, v);
+    } else if (key == "backend") {
+      if (v == "native") c.backend = Backend::native;
+      else if (v == "cudaMallocAsync") c.backend = Backend::driver_async;
+      else bad(var, key, v, "native or cudaMallocAsync");
+    } else if (key == "release_lock_on_cudamalloc") {
+      c.release_lock_on_device_malloc = parse_bool(var, key, v);
+    } else if (key == "per_process_memory_fraction") {
+      double f = parse_number(var, key, v, "a number in [0, 1]");
+      if (f < 0 || f > 1) bad(var, key, v, "a number in [0, 1]");
+      c.per_process_memory_fraction = f;
+    } else if (key == "pinned_use_cuda_host_register" || key == "pinned_use_host_register") {
+      c.pinned_use_host_register = parse_bool(var, key, v);
+    } else if (key == "pinned_num_register_threads") {
+      double n = parse_number(var, key, v, "a power of two between 1 and 128");
+      if (n < 1 || n > 128 || n != std::floor(n) || !is_pow2(std::size_t(n)))
+        bad(var, key, v, "a power of two between 1 and 128");
+      c.pinned_num_register_threads = unsigned(n);
+    } else if (key == "pinned_use_background_threads") {
+      c.pinned_use_background_threads = parse_bool(var, key, v);
+    } else if (key == "graph_capture_record_stream_reuse") {
+      c.graph_capture_record_stream_reuse = parse_bool(var, key, v);
+    } else {
+      throw ValueError(var + ": unknown key '" + key +
+                       "'. Known keys: backend, expandable_segments, garbage_collection_threshold, "
+                       "max_split_size_mb, max_non_split_rounding_mb, per_process_memory_fraction, "
+                       "roundup_power2_divisions, release_lock_on_cudamalloc, "
+                       "pinned_use_cuda_host_register, pinned_num_register_threads, "
+                       "pinned_use_background_threads, graph_capture_record_stream_reuse");
+    }
+  }
+  if (c.expandable_segments && c.backend == Backend::driver_async)
+    throw ValueError(var + ": expandable_segments:True needs backend:native (the driver's "
+                     "stream-ordered pool manages its own address space)");
+  return c;
+}
+
+AllocatorConfig AllocatorConfig::from_env() {
+  for (const char* var : {"CUDAKIT_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    if (const char* v = std::getenv(var)) return parse(v, var);
+  }
+  return AllocatorConfig{};
+}
+
+namespace {
+std::mutex g_config_mutex;
+std::unique_ptr<AllocatorConfig> g_config;  // leaked semantics not needed: plain data
+}  // namespace
+
+AllocatorConfig config() {
+  std::lock_guard lock(g_config_mutex);
+  if (!g_config) g_config = std::make_unique<AllocatorConfig>(AllocatorConfig::from_env());
+  return *g_config;
+}
+
+void set_config(const std::string& text) {
+  AllocatorConfig parsed = AllocatorConfig::parse(text, "set_allocator_settings");
+  std::lock_guard lock(g_config_mutex);
+  if (!g_config) g_config = std::make_unique<AllocatorConfig>(parsed);
+  else *g_config = parsed;
+}
+
+}  // namespace cudakit::memory

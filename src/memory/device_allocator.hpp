@@ -1,0 +1,230 @@
+// The device caching allocator (one instance per device).
+//
+// Design (why, not what):
+//  * Stream-ordered like torch: a free block remembers the stream it was allocated on and is
+//    only reused for that stream without synchronisation. record_stream() adds streams whose
+//    work must finish first; their events are polled on the allocation path (never waited
+//    for, except in the OOM path).
+//  * Best fit per (pool, stream): free blocks live in an ordered set keyed by (stream, size,
+//    address). Set nodes come from a per-device pool resource and Block objects are recycled,
+//    so a steady-state alloc/free allocates nothing from the heap.
+//  * Small (<= 1 MiB) and large pools are separate so small tensors never split large
+//    segments (the main source of fragmentation in long runs).
+//  * Expandable segments: one reserved virtual range per (pool, stream), backed page by page
+//    with physical handles through the seam's vm_* calls; neighbouring blocks stay mergeable
+//    across what would have been separate segments.
+//  * Pools (MemPool / graph capture) are general "routes": (private pool, stream filter).
+//
+// Thread-safety: every public method takes the device mutex (one per device; no global lock).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <memory_resource>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cudakit/memory.hpp"
+#include "memory/config.hpp"
+
+namespace cudakit::memory {
+
+inline constexpr std::size_t kMinBlockSize = 512;
+inline constexpr std::size_t kSmallSize = kMiB;          // largest small-pool request
+inline constexpr std::size_t kSmallBuffer = 2 * kMiB;    // small-pool segment size
+inline constexpr std::size_t kLargeBuffer = 20 * kMiB;   // segment for 1..10 MiB requests
+inline constexpr std::size_t kMinLargeAlloc = 10 * kMiB;
+inline constexpr std::size_t kRoundLarge = 2 * kMiB;
+
+using MempoolId = std::pair<std::uint64_t, std::uint64_t>;  // (0,0) = default pool
+struct MempoolIdHash {
+  std::size_t operator()(const MempoolId& id) const noexcept {
+    return std::hash<std::uint64_t>()(id.first * 0x9E3779B97F4A7C15ull ^ id.second);
+  }
+};
+
+struct Block;
+struct PrivatePool;
+struct ExpandableSegment;
+struct HistoryContext;
+
+struct BlockLess {
+  bool operator()(const Block* a, const Block* b) const noexcept;
+};
+struct BlockAddrLess {
+  bool operator()(const Block* a, const Block* b) const noexcept;
+};
+
+struct BlockPool {
+  BlockPool(bool small, PrivatePool* owner, std::pmr::memory_resource* r)
+      : blocks(r), unmapped(r), is_small(small), owner(owner) {}
+  std::pmr::set<Block*, BlockLess> blocks;        // free, mapped
+  std::pmr::set<Block*, BlockAddrLess> unmapped;  // free, unmapped (expandable segments)
+  bool is_small;
+  PrivatePool* owner;  // nullptr for the default pools
+};
+
+struct Block {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  detail::StreamHandle stream = nullptr;
+  BlockPool* pool = nullptr;
+  Block* prev = nullptr;  // neighbours in the same segment (address order)
+  Block* next = nullptr;
+  ExpandableSegment* expandable = nullptr;
+  bool allocated = false;
+  bool mapped = true;
+  bool uncached = false;  // allocated while caching was disabled: freed straight back
+  int event_count = 0;    // outstanding record_stream events
+  std::uint64_t segment_id = 0;  // id of the segment (head block) for snapshots
+  std::vector<detail::StreamHandle> stream_uses;  // keeps capacity across reuse
+  std::shared_ptr<HistoryContext> context;        // allocation context (history on)
+  bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
+};
+
+struct PrivatePool {
+  PrivatePool(MempoolId id, std::pmr::memory_resource* r)
+      : id(id), small(true, this, r), large(false, this, r) {}
+  MempoolId id;
+  int use_count = 1;       // owners (MemPool objects, graphs)
+  int live_blocks = 0;     // allocated blocks not yet freed
+  BlockPool small, large;
+  bool no_split = false;
+  bool use_on_oom = false;
+};
+
+// Route: allocations whose stream passes `filter` go to `pool` (MemPool, graph capture).
+struct PoolRoute {
+  MempoolId pool;
+  std::function<bool(detail::StreamHandle)> filter;
+};
+
+struct SegmentInfoBlock {
+  std::uintptr_t address = 0;
+  std::size_t size = 0, requested = 0;
+  std::string state;  // "active_allocated" | "active_pending_free" | "inactive"
+  std::shared_ptr<HistoryContext> context;
+};
+struct SegmentInfo {
+  int device = 0;
+  std::uintptr_t address = 0;
+  std::size_t total_size = 0, allocated_size = 0, active_size = 0, requested_size = 0;
+  detail::StreamHandle stream = nullptr;
+  bool is_large = true, is_expandable = false;
+  MempoolId owner{0, 0};
+  std::vector<SegmentInfoBlock> blocks;
+};
+
+class DeviceAllocator {
+ public:
+  DeviceAllocator(int device, detail::Backend& backend, AllocatorConfig cfg);
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  int device() const noexcept { return device_; }
+
+  // Returns a block of at least `size` bytes usable on `stream`. Throws OutOfMemoryError.
+  Block* malloc(std::size_t size, detail::StreamHandle stream);
+  // Frees the block at `ptr`. Returns false when `ptr` is not a live allocation here.
+  bool free(void* ptr);
+  bool owns(const void* ptr);
+  bool info(const void* ptr, AllocationInfo& out);
+  // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
+  bool record_stream(void* ptr, detail::StreamHandle stream);
+
+  void empty_cache();
+  MemoryStats stats();
+  std::int64_t allocated_bytes_now() const noexcept {
+    return allocated_now_.load(std::memory_order_relaxed);
+  }
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  void set_memory_fraction(double f);
+  double memory_fraction();
+  std::vector<SegmentInfo> snapshot(std::optional<MempoolId> only_pool = std::nullopt);
+
+  // Pools.
+  void create_pool(MempoolId id, bool no_split, bool use_on_oom);  // or add a reference
+  void release_pool(MempoolId id);  // drop a reference; frees cached blocks when unused
+  int pool_use_count(MempoolId id);
+  void begin_allocate_to_pool(MempoolId id, std::function<bool(detail::StreamHandle)> filter);
+  void end_allocate_to_pool(MempoolId id);
+
+  // History hooks (snapshot.cpp): called with the device mutex held.
+  using TraceHook = void (*)(int device, const char* action, std::uintptr_t addr,
+                             std::size_t size, detail::StreamHandle stream,
+                             std::shared_ptr<HistoryContext>* ctx);
+
+ private:
+  Block* new_block();
+  void recycle(Block* b);
+  BlockPool& pool_for(std::size_t size, detail::StreamHandle stream);
+  std::size_t round_size(std::size_t size) const;
+  std::size_t allocation_size(std::size_t size) const;
+  Block* get_free_block(BlockPool& pool, std::size_t size, detail::StreamHandle stream);
+  Block* alloc_segment(BlockPool& pool, std::size_t size, std::size_t alloc_size,
+                       detail::StreamHandle stream);
+  Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream);
+  bool map_block(Block* b, std::size_t size);
+  void unmap_free_pages(Block* b);
+  void free_block(Block* b);
+  void merge(Block* dst, Block* src);
+  bool release_available(BlockPool& pool, std::size_t size);
+  void release_cached(bool all_pools_only_unused_private = true);
+  void release_pool_blocks(BlockPool& pool);
+  void release_segment(Block* head);
+  void garbage_collect();
+  void process_events();
+  void synchronize_and_free_events();
+  [[noreturn]] void raise_oom(std::size_t size, std::size_t alloc_size,
+                              detail::StreamHandle stream);
+  bool would_exceed_limit(std::size_t bytes) const;
+  void stat_update(MemoryStat* s, bool small, std::int64_t delta) noexcept;
+  void trace(const char* action, std::uintptr_t addr, std::size_t size,
+             detail::StreamHandle stream, Block* b);
+
+  const int device_;
+  detail::Backend& backend_;
+  AllocatorConfig cfg_;
+  std::mutex mutex_;
+  std::pmr::unsynchronized_pool_resource node_resource_;
+  BlockPool small_, large_;
+  std::pmr::unordered_map<std::uintptr_t, Block*> active_;
+  std::vector<Block*> spare_blocks_;
+  std::unordered_set<Block*> segment_heads_;  // non-expandable segments
+  std::vector<std::unique_ptr<ExpandableSegment>> expandable_;
+  std::unordered_map<MempoolId, std::unique_ptr<PrivatePool>, MempoolIdHash> pools_;
+  std::vector<PoolRoute> routes_;
+  std::vector<std::pair<detail::EventHandle, Block*>> pending_;
+  std::vector<detail::EventHandle> spare_events_;
+  MemoryStats stats_;
+  std::atomic<std::int64_t> allocated_now_{0};
+  std::size_t total_memory_ = 0;
+  std::size_t limit_ = SIZE_MAX;  // reserved-bytes cap from the memory fraction
+  double fraction_ = 1.0;
+  std::uint64_t next_segment_id_ = 1;
+};
+
+// ---- process-wide registry ----
+// The allocator of `device` (created on first use; device already resolved).
+DeviceAllocator& device_allocator(int device);
+// Allocators created so far (for empty_cache, delete of unknown pointers).
+std::vector<DeviceAllocator*> existing_allocators();
+// Whether the caching allocator is enabled (caching_allocator_enable).
+bool caching_enabled() noexcept;
+void set_caching_enabled(bool on) noexcept;
+// The allocator holding `ptr` as a live allocation, or nullptr (takes each device's lock).
+DeviceAllocator* find_allocator_of(const void* ptr);
+
+}  // namespace cudakit::memory

@@ -1,0 +1,74 @@
+// IPC sharing of caching-allocator memory. Export hands out the handle of the whole device
+// segment containing the allocation plus the offset; import opens each segment once per
+// process and reference-counts it; ipc_collect closes segments nobody references.
+#include <map>
+#include <mutex>
+
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+#include "memory/device_allocator.hpp"
+
+namespace cudakit {
+namespace {
+struct Opened {
+  void* base = nullptr;
+  int refs = 0;
+};
+std::mutex g_ipc_mutex;
+std::map<std::string, Opened> g_opened;             // handle bytes -> mapping
+std::map<void*, std::string> g_user_ptr_to_handle;  // returned pointer -> handle key
+}  // namespace
+
+IpcMemHandle ipc_export(void* ptr) {
+  auto info = allocation_info(ptr);
+  if (!info)
+    throw ValueError("ipc_export: pointer is not a live allocation of cudakit's caching "
+                     "allocator");
+  IpcMemHandle h;
+  // The driver exports whole allocations: find the segment base (owning allocation start).
+  auto& be = detail::backend();
+  detail::IpcHandle raw = be.mem_ipc_handle(ptr);
+  std::copy(std::begin(raw.bytes), std::end(raw.bytes), h.bytes);
+  h.device = info->device;
+  h.offset = 0;
+  h.size = info->requested;
+  return h;
+}
+
+void* ipc_import(const IpcMemHandle& handle) {
+  std::string key(reinterpret_cast<const char*>(handle.bytes), sizeof handle.bytes);
+  std::lock_guard lock(g_ipc_mutex);
+  Opened& o = g_opened[key];
+  if (!o.base) {
+    detail::IpcHandle raw;
+    std::copy(std::begin(handle.bytes), std::end(handle.bytes), raw.bytes);
+    o.base = detail::backend().mem_open_ipc(raw);
+  }
+  ++o.refs;
+  void* p = static_cast<char*>(o.base) + handle.offset;
+  g_user_ptr_to_handle[p] = key;
+  return p;
+}
+
+void ipc_close(void* ptr) {
+  std::lock_guard lock(g_ipc_mutex);
+  auto it = g_user_ptr_to_handle.find(ptr);
+  if (it == g_user_ptr_to_handle.end())
+    throw ValueError("ipc_close: pointer was not returned by ipc_import");
+  --g_opened[it->second].refs;
+  g_user_ptr_to_handle.erase(it);
+}
+
+void ipc_collect() {
+  std::lock_guard lock(g_ipc_mutex);
+  for (auto it = g_opened.begin(); it != g_opened.end();) {
+    if (it->second.refs <= 0) {
+      if (it->second.base) detail::backend().mem_close_ipc(it->second.base);
+      it = g_opened.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace cudakit

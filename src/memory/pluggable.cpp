@@ -1,0 +1,134 @@
+#include "memory/pluggable.hpp"
+
+#include <dlfcn.h>
+
+#include <atomic>
+
+#include "cudakit/error.hpp"
+
+namespace cudakit::memory {
+namespace {
+std::atomic<PluggedAllocator*> g_plugged{nullptr};
+std::mutex g_keep_mutex;
+std::vector<std::shared_ptr<PluggedAllocator>> g_keep;  // plugged allocators stay alive
+
+void bump(MemoryStat* s, std::int64_t d) {
+  for (int i : {0, 2}) {  // plug-in memory is reported in the large pool
+    s[i].current += d;
+    if (s[i].current > s[i].peak) s[i].peak = s[i].current;
+    if (d > 0) s[i].allocated += d;
+    else s[i].freed -= d;
+  }
+}
+}  // namespace
+
+PluggedAllocator::PluggedAllocator(const std::string& path, const std::string& alloc_fn,
+                                   const std::string& free_fn)
+    : name_(path) {
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) {
+    const char* err = dlerror();
+    throw ValueError("CUDAPluggableAllocator: cannot load '" + path + "': " +
+                     (err ? err : "unknown error") + " (pass the path of a shared library)");
+  }
+  alloc_ = reinterpret_cast<AllocFn>(dlsym(handle_, alloc_fn.c_str()));
+  free_ = reinterpret_cast<FreeFn>(dlsym(handle_, free_fn.c_str()));
+  if (!alloc_ || !free_) {
+    dlclose(handle_);
+    handle_ = nullptr;
+    throw ValueError("CUDAPluggableAllocator: '" + path + "' does not export " +
+                     (!alloc_ ? "'" + alloc_fn + "'" : "'" + free_fn + "'") +
+                     " (declare it extern \"C\" with torch's signature: void* " + alloc_fn +
+                     "(ssize_t, int, cudaStream_t) / void " + free_fn +
+                     "(void*, ssize_t, int, cudaStream_t))");
+  }
+}
+
+PluggedAllocator::PluggedAllocator(AllocFn alloc, FreeFn free, std::string name)
+    : alloc_(alloc), free_(free), name_(std::move(name)) {
+  if (!alloc_ || !free_) throw ValueError("CUDAPluggableAllocator: null function pointer");
+}
+
+PluggedAllocator::~PluggedAllocator() = default;  // never dlclose: pointers may outlive us
+
+void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHandle stream) {
+  if (bytes == 0) return nullptr;
+  void* p = alloc_(static_cast<ssize_t>(bytes), device, stream);
+  if (!p) {
+    std::lock_guard lock(mutex_);
+    ++stats_[device].num_ooms;
+    throw OutOfMemoryError("CUDA out of memory: the plugged allocator '" + name_ +
+                           "' returned null for " + std::to_string(bytes) + " bytes on device " +
+                           std::to_string(device), device, bytes);
+  }
+  std::lock_guard lock(mutex_);
+  live_[p] = Info{bytes, device, stream};
+  MemoryStats& s = stats_[device];
+  auto b = static_cast<std::int64_t>(bytes);
+  for (MemoryStat* arr : {s.allocation, s.active, s.segment}) bump(arr, 1);
+  for (MemoryStat* arr : {s.allocated_bytes, s.active_bytes, s.requested_bytes, s.reserved_bytes})
+    bump(arr, b);
+  ++s.num_device_alloc;
+  return p;
+}
+
+bool PluggedAllocator::free(void* ptr) {
+  Info info;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return false;
+    info = it->second;
+    live_.erase(it);
+    MemoryStats& s = stats_[info.device];
+    auto b = static_cast<std::int64_t>(info.size);
+    for (MemoryStat* arr : {s.allocation, s.active, s.segment}) bump(arr, -1);
+    for (MemoryStat* arr : {s.allocated_bytes, s.active_bytes, s.requested_bytes, s.reserved_bytes})
+      bump(arr, -b);
+    ++s.num_device_free;
+  }
+  free_(ptr, static_cast<ssize_t>(info.size), info.device, info.stream);
+  return true;
+}
+
+bool PluggedAllocator::owns(const void* ptr) {
+  std::lock_guard lock(mutex_);
+  return live_.count(const_cast<void*>(ptr)) != 0;
+}
+
+void PluggedAllocator::add_stats(int device, MemoryStats& out) {
+  std::lock_guard lock(mutex_);
+  auto it = stats_.find(device);
+  if (it == stats_.end()) return;
+  const MemoryStats& s = it->second;
+  auto add = [](MemoryStat* dst, const MemoryStat* src) {
+    for (int i = 0; i < kNumStatPools; ++i) {
+      dst[i].current += src[i].current;
+      dst[i].peak += src[i].peak;  // upper bound of the combined peak
+      dst[i].allocated += src[i].allocated;
+      dst[i].freed += src[i].freed;
+    }
+  };
+  add(out.allocation, s.allocation);
+  add(out.segment, s.segment);
+  add(out.active, s.active);
+  add(out.allocated_bytes, s.allocated_bytes);
+  add(out.reserved_bytes, s.reserved_bytes);
+  add(out.active_bytes, s.active_bytes);
+  add(out.requested_bytes, s.requested_bytes);
+  out.num_ooms += s.num_ooms;
+  out.num_device_alloc += s.num_device_alloc;
+  out.num_device_free += s.num_device_free;
+}
+
+PluggedAllocator* plugged_allocator() noexcept {
+  return g_plugged.load(std::memory_order_acquire);
+}
+
+void set_plugged_allocator(std::shared_ptr<PluggedAllocator> a) {
+  std::lock_guard lock(g_keep_mutex);
+  if (a) g_keep.push_back(a);
+  g_plugged.store(a.get(), std::memory_order_release);
+}
+
+}  // namespace cudakit::memory

@@ -1,0 +1,60 @@
+// CUDAPluggableAllocator: device memory from a shared library exporting torch's C ABI
+//   void* alloc(ssize_t size, int device, cudaStream_t stream);
+//   void  free(void* ptr, ssize_t size, int device, cudaStream_t stream);
+// Unlike torch, cudakit keeps statistics for plugged allocations (allocated/requested/
+// reserved bytes = what the plug-in handed out) so memory_stats() keeps working.
+//
+// Thread-safety: allocate/free are serialised by an internal mutex around the bookkeeping;
+// the plug-in functions are called outside it (they must be thread-safe, as in torch).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <sys/types.h>
+#include <unordered_map>
+
+#include "backend/backend.hpp"
+#include "cudakit/memory.hpp"
+
+namespace cudakit::memory {
+
+class PluggedAllocator {
+ public:
+  using AllocFn = void* (*)(ssize_t size, int device, void* stream);
+  using FreeFn = void (*)(void* ptr, ssize_t size, int device, void* stream);
+
+  // dlopen()s `path` and resolves both symbols; ValueError naming what is missing.
+  PluggedAllocator(const std::string& path, const std::string& alloc_fn,
+                   const std::string& free_fn);
+  // From function pointers already in the process.
+  PluggedAllocator(AllocFn alloc, FreeFn free, std::string name);
+  ~PluggedAllocator();
+
+  void* allocate(std::size_t bytes, int device, detail::StreamHandle stream);
+  bool free(void* ptr);
+  bool owns(const void* ptr);
+  void add_stats(int device, MemoryStats& s);
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  struct Info {
+    std::size_t size;
+    int device;
+    detail::StreamHandle stream;
+  };
+  void* handle_ = nullptr;
+  AllocFn alloc_ = nullptr;
+  FreeFn free_ = nullptr;
+  std::string name_;
+  std::mutex mutex_;
+  std::unordered_map<void*, Info> live_;
+  std::unordered_map<int, MemoryStats> stats_;
+};
+
+// The allocator installed by change_current_allocator, or nullptr (one atomic load).
+PluggedAllocator* plugged_allocator() noexcept;
+void set_plugged_allocator(std::shared_ptr<PluggedAllocator> a);
+
+}  // namespace cudakit::memory

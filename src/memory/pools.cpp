@@ -1,0 +1,82 @@
+// MemPool, use_mem_pool, graph_pool_handle, general pool routing, pluggable allocators.
+#include <atomic>
+#include <thread>
+
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+#include "memory/device_allocator.hpp"
+#include "memory/pluggable.hpp"
+
+namespace cudakit {
+namespace memory {
+int resolve_alloc_device(int device);
+}
+
+namespace {
+std::atomic<std::uint64_t> g_next_user_pool{1};   // MemPool ids: (n, 0) like torch
+std::atomic<std::uint64_t> g_next_graph_pool{1};  // graph pools: (0, n)
+}  // namespace
+
+MemPool::MemPool(bool use_on_oom, bool no_split, int device)
+    : id_{g_next_user_pool.fetch_add(1), 0}, device_(memory::resolve_alloc_device(device)) {
+  memory::device_allocator(device_).create_pool(id_, no_split, use_on_oom);
+}
+
+MemPool::MemPool(MempoolId id, int device)
+    : id_(id), device_(memory::resolve_alloc_device(device)) {
+  memory::device_allocator(device_).create_pool(id_, false, false);
+}
+
+MemPool::~MemPool() {
+  if (detail::is_shutting_down()) return;
+  try {
+    memory::device_allocator(device_).release_pool(id_);
+  } catch (...) {
+  }
+}
+
+int MemPool::use_count() const { return memory::device_allocator(device_).pool_use_count(id_); }
+
+MempoolId graph_pool_handle() { return {0, g_next_graph_pool.fetch_add(1)}; }
+
+UseMemPool::UseMemPool(const MemPool& pool, int device)
+    : id_(pool.id()), device_(device == kCurrentDevice ? pool.device()
+                                                       : memory::resolve_alloc_device(device)) {
+  if (device_ != pool.device())
+    throw ValueError("use_mem_pool: the pool lives on device " + std::to_string(pool.device()) +
+                     ", not device " + std::to_string(device_));
+  const auto tid = std::this_thread::get_id();
+  memory::device_allocator(device_).begin_allocate_to_pool(
+      id_, [tid](detail::StreamHandle) { return std::this_thread::get_id() == tid; });
+}
+
+UseMemPool::~UseMemPool() {
+  try {
+    memory::device_allocator(device_).end_allocate_to_pool(id_);
+  } catch (...) {
+  }
+}
+
+void begin_allocate_to_pool(int device, MempoolId id,
+                            std::function<bool(detail::StreamHandle)> filter) {
+  auto& a = memory::device_allocator(memory::resolve_alloc_device(device));
+  a.create_pool(id, false, false);
+  a.begin_allocate_to_pool(id, std::move(filter));
+}
+void end_allocate_to_pool(int device, MempoolId id) {
+  memory::device_allocator(memory::resolve_alloc_device(device)).end_allocate_to_pool(id);
+}
+void release_pool(int device, MempoolId id) {
+  memory::device_allocator(memory::resolve_alloc_device(device)).release_pool(id);
+}
+
+PluggableAllocator::PluggableAllocator(const std::string& path, const std::string& alloc_fn,
+                                       const std::string& free_fn)
+    : impl_(std::make_shared<memory::PluggedAllocator>(path, alloc_fn, free_fn)) {}
+
+void change_current_allocator(const PluggableAllocator& allocator) {
+  memory::set_plugged_allocator(std::static_pointer_cast<memory::PluggedAllocator>(allocator.impl()));
+}
+void reset_current_allocator() { memory::set_plugged_allocator(nullptr); }
+
+}  // namespace cudakit
