@@ -1,0 +1,59 @@
+// Built-in operations on cudakit::Tensor: few, correct and fast. Device tensors run on the
+// current stream of their device (CUDA kernels on the cuda backend, host tasks on the
+// emulated backend); host tensors run synchronously on the calling thread.
+//
+// Type promotion follows torch (result_type): dimensioned tensors outrank 0-d tensors,
+// which outrank Python-style scalars, except when a lower-ranked operand is of a higher
+// category (bool < integer < floating < complex). Division is true division (integers
+// promote to float32). Operands must be on the same device (ValueError otherwise).
+//
+// Thread-safety: all functions are thread-safe; they order work on the calling thread's
+// current stream.
+#pragma once
+
+#include "cudakit/tensor.hpp"
+
+namespace cudakit {
+
+// torch.result_type for two operands.
+DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const Tensor& a, const Scalar& b);
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor rsub(const Tensor& a, const Scalar& b);  // b - a
+Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
+Tensor neg(const Tensor& a);
+Tensor relu(const Tensor& a);
+// In-place forms: the result is cast to a's dtype (ValueError if promotion would need a
+// wider category, as torch: e.g. int tensor += float).
+Tensor& add_(Tensor& a, const Tensor& b);
+Tensor& sub_(Tensor& a, const Tensor& b);
+Tensor& mul_(Tensor& a, const Tensor& b);
+Tensor& div_(Tensor& a, const Tensor& b);
+
+// Sum of all elements as a 0-d tensor (integers and bool sum to int64), or over `dim`.
+Tensor sum(const Tensor& a);
+
+// Matrix product of 1-D/2-D operands (float16, bfloat16, float32, float64); cuBLAS on the
+// GPU, a reference implementation on host/emulated.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// torch.backends.cuda.matmul.allow_tf32: lets float32 GEMMs use TF32 tensor cores.
+// Default false (torch's default). Process-wide, thread-safe.
+void set_matmul_allow_tf32(bool allow) noexcept;
+bool matmul_allow_tf32() noexcept;
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+}  // namespace cudakit

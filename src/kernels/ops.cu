@@ -1,0 +1,239 @@
+// Built-in elementwise, cast, fill and sum kernels. The arithmetic lives in
+// src/ops/elementwise_common.hpp, shared with the CPU executor; this file only adds the
+// GPU iteration: grid-stride loops, 16-byte vector accesses on the contiguous fast path.
+// Kernels are extern "C" so the host finds them by name in the embedded fatbin.
+#include <cstdint>
+
+#include "ops/elementwise_common.hpp"
+
+using namespace cudakit::ops;
+
+namespace {
+
+template <class T>
+inline constexpr int kVecWidth = sizeof(T) >= 16 ? 1 : 16 / static_cast<int>(sizeof(T));
+
+template <class T, int V>
+struct alignas(16) Vec { T v[V]; };
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+__device__ __forceinline__ std::int64_t gtid() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t gstride() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+template <class T>
+__device__ void binary_kernel(const BinaryArgs& a) {
+  using C = compute_type<T>;
+  T* out = static_cast<T*>(a.out);
+  const T* x = static_cast<const T*>(a.a);
+  const T* y = static_cast<const T*>(a.b);
+  if (a.contiguous) {
+    constexpr int V = kVecWidth<T>;
+    std::int64_t i0 = 0;
+    if (V > 1 && aligned16(out) && aligned16(x) && aligned16(y)) {
+      std::int64_t nv = a.n / V;
+      for (std::int64_t i = gtid(); i < nv; i += gstride()) {
+        Vec<T, V> vx = reinterpret_cast<const Vec<T, V>*>(x)[i];
+        Vec<T, V> vy = reinterpret_cast<const Vec<T, V>*>(y)[i];
+        Vec<T, V> vo;
+#pragma unroll
+        for (int k = 0; k < V; ++k) vo.v[k] = store_c<T>(binary_apply<C>(a.op, load_c(vx.v[k]), load_c(vy.v[k])));
+        reinterpret_cast<Vec<T, V>*>(out)[i] = vo;
+      }
+      i0 = nv * V;
+    }
+    for (std::int64_t i = i0 + gtid(); i < a.n; i += gstride())
+      out[i] = store_c<T>(binary_apply<C>(a.op, load_c(x[i]), load_c(y[i])));
+    return;
+  }
+  std::int64_t off[3];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = store_c<T>(binary_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]])));
+  }
+}
+
+template <class T>
+__device__ void unary_kernel(const UnaryArgs& a) {
+  using C = compute_type<T>;
+  T* out = static_cast<T*>(a.out);
+  const T* x = static_cast<const T*>(a.a);
+  if (a.contiguous) {
+    constexpr int V = kVecWidth<T>;
+    std::int64_t i0 = 0;
+    if (V > 1 && aligned16(out) && aligned16(x)) {
+      std::int64_t nv = a.n / V;
+      for (std::int64_t i = gtid(); i < nv; i += gstride()) {
+        Vec<T, V> vx = reinterpret_cast<const Vec<T, V>*>(x)[i];
+        Vec<T, V> vo;
+#pragma unroll
+        for (int k = 0; k < V; ++k) vo.v[k] = store_c<T>(unary_apply<C>(a.op, load_c(vx.v[k])));
+        reinterpret_cast<Vec<T, V>*>(out)[i] = vo;
+      }
+      i0 = nv * V;
+    }
+    for (std::int64_t i = i0 + gtid(); i < a.n; i += gstride())
+      out[i] = store_c<T>(unary_apply<C>(a.op, load_c(x[i])));
+    return;
+  }
+  std::int64_t off[2];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = store_c<T>(unary_apply<C>(a.op, load_c(x[off[1]])));
+  }
+}
+
+__device__ __forceinline__ int code_size(int code) {
+  switch (code) {
+    case kBool: case kUInt8: case kInt8: return 1;
+    case kInt16: case kFloat16: case kBFloat16: return 2;
+    case kInt32: case kFloat32: return 4;
+    case kComplex128: return 16;
+    default: return 8;
+  }
+}
+
+template <class T>
+__device__ void cast_kernel(const CastArgs& a) {
+  T* out = static_cast<T*>(a.out);
+  const unsigned char* in = static_cast<const unsigned char*>(a.a);
+  const int es = code_size(a.src_code);
+  if (a.contiguous) {
+    for (std::int64_t i = gtid(); i < a.n; i += gstride()) out[i] = load_as<T>(in + i * es, a.src_code);
+    return;
+  }
+  std::int64_t off[2];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = load_as<T>(in + off[1] * es, a.src_code);
+  }
+}
+
+template <int ES>
+struct Elem { unsigned char b[ES]; };
+template <> struct alignas(2) Elem<2> { std::uint16_t v; };
+template <> struct alignas(4) Elem<4> { std::uint32_t v; };
+template <> struct alignas(8) Elem<8> { std::uint64_t v; };
+template <> struct alignas(16) Elem<16> { std::uint64_t v[2]; };
+
+template <int ES>
+__device__ void fill_kernel(const FillArgs& a) {
+  using E = Elem<ES>;
+  E val;
+  memcpy(&val, a.value, ES);
+  E* out = static_cast<E*>(a.out);
+  if (a.contiguous) {
+    constexpr int V = 16 / ES;
+    std::int64_t i0 = 0;
+    if (V > 1 && aligned16(out)) {
+      Vec<E, V> vv;
+#pragma unroll
+      for (int k = 0; k < V; ++k) vv.v[k] = val;
+      std::int64_t nv = a.n / V;
+      for (std::int64_t i = gtid(); i < nv; i += gstride()) reinterpret_cast<Vec<E, V>*>(out)[i] = vv;
+      i0 = nv * V;
+    }
+    for (std::int64_t i = i0 + gtid(); i < a.n; i += gstride()) out[i] = val;
+    return;
+  }
+  std::int64_t off[1];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = val;
+  }
+}
+
+// ---- sum ----
+template <class T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+template <> struct Acc<Complex64> { using type = Complex64; };
+template <> struct Acc<Complex128> { using type = Complex128; };
+#define CK_INT_ACC(T) template <> struct Acc<T> { using type = std::int64_t; };
+CK_INT_ACC(bool) CK_INT_ACC(std::uint8_t) CK_INT_ACC(std::int8_t) CK_INT_ACC(std::int16_t)
+CK_INT_ACC(std::int32_t) CK_INT_ACC(std::int64_t)
+
+template <class A> __device__ __forceinline__ A acc_zero() {
+  if constexpr (is_complex_t<A>::value) return A{0, 0}; else return A(0);
+}
+template <class A> __device__ __forceinline__ A acc_add(A x, A y) {
+  if constexpr (is_complex_t<A>::value) return A{x.re + y.re, x.im + y.im};
+  else if constexpr (std::is_integral_v<A>)
+    return static_cast<A>(static_cast<std::uint64_t>(x) + static_cast<std::uint64_t>(y));
+  else return x + y;
+}
+template <class T, class A> __device__ __forceinline__ A to_acc(T v) {
+  if constexpr (is_complex_t<T>::value) return v;
+  else if constexpr (std::is_integral_v<A>) return static_cast<A>(v);
+  else return static_cast<A>(load_c(v));
+}
+
+template <class A>
+__device__ A block_reduce(A v) {
+  __shared__ unsigned char smem_raw[256 * sizeof(A)];
+  A* smem = reinterpret_cast<A*>(smem_raw);
+  smem[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) smem[threadIdx.x] = acc_add(smem[threadIdx.x], smem[threadIdx.x + s]);
+    __syncthreads();
+  }
+  return smem[0];
+}
+
+template <class T>
+__device__ void sum_partial(const void* in, const OffsetCalc<1>& calc, std::int64_t n, void* partials) {
+  using A = typename Acc<T>::type;
+  const T* x = static_cast<const T*>(in);
+  A acc = acc_zero<A>();
+  std::int64_t off[1];
+  for (std::int64_t i = gtid(); i < n; i += gstride()) {
+    calc.get(i, off);
+    acc = acc_add(acc, to_acc<T, A>(x[off[0]]));
+  }
+  A r = block_reduce(acc);
+  if (threadIdx.x == 0) static_cast<A*>(partials)[blockIdx.x] = r;
+}
+
+template <class T>
+__device__ void sum_final(const void* partials, int count, void* out) {
+  using A = typename Acc<T>::type;
+  A acc = acc_zero<A>();
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc = acc_add(acc, static_cast<const A*>(partials)[i]);
+  A r = block_reduce(acc);
+  if (threadIdx.x == 0) {
+    if constexpr (std::is_integral_v<A>) *static_cast<std::int64_t*>(out) = r;
+    else *static_cast<T*>(out) = convert<T>(r);
+  }
+}
+
+}  // namespace
+
+#define CK_FOR_EACH_DTYPE(X) \
+  X(b8, bool) X(u8, std::uint8_t) X(i8, std::int8_t) X(i16, std::int16_t) X(i32, std::int32_t) \
+  X(i64, std::int64_t) X(f16, Half) X(bf16, BFloat16) X(f32, float) X(f64, double)            \
+  X(c64, Complex64) X(c128, Complex128)
+
+#define CK_DEFINE(sfx, T)                                                                       \
+  extern "C" __global__ void __launch_bounds__(256) ck_binary_##sfx(BinaryArgs a) { binary_kernel<T>(a); } \
+  extern "C" __global__ void __launch_bounds__(256) ck_unary_##sfx(UnaryArgs a) { unary_kernel<T>(a); }    \
+  extern "C" __global__ void __launch_bounds__(256) ck_cast_##sfx(CastArgs a) { cast_kernel<T>(a); }       \
+  extern "C" __global__ void __launch_bounds__(256) ck_sum_partial_##sfx(                       \
+      const void* in, OffsetCalc<1> calc, std::int64_t n, void* partials) {                     \
+    sum_partial<T>(in, calc, n, partials);                                                       \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(256) ck_sum_final_##sfx(const void* p, int count, void* out) { \
+    sum_final<T>(p, count, out);                                                                 \
+  }
+CK_FOR_EACH_DTYPE(CK_DEFINE)
+
+extern "C" __global__ void __launch_bounds__(256) ck_fill_1(FillArgs a) { fill_kernel<1>(a); }
+extern "C" __global__ void __launch_bounds__(256) ck_fill_2(FillArgs a) { fill_kernel<2>(a); }
+extern "C" __global__ void __launch_bounds__(256) ck_fill_4(FillArgs a) { fill_kernel<4>(a); }
+extern "C" __global__ void __launch_bounds__(256) ck_fill_8(FillArgs a) { fill_kernel<8>(a); }
+extern "C" __global__ void __launch_bounds__(256) ck_fill_16(FillArgs a) { fill_kernel<16>(a); }

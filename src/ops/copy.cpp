@@ -1,0 +1,130 @@
+// Tensor::copy_ (any device <-> any device, any dtype, strided, broadcast), fill_, item().
+#include <cstring>
+
+#include "cudakit/error.hpp"
+#include "cudakit/ops.hpp"
+#include "ops/executor.hpp"
+
+namespace cudakit {
+using namespace ops;
+
+namespace {
+// Same-device strided/casting copy through the executors.
+void cast_copy(const Tensor& dst, const Tensor& src) {
+  CastArgs args{};
+  args.out = dst.data_ptr();
+  args.a = src.data_ptr();
+  args.n = dst.numel();
+  args.src_code = code(src.dtype());
+  args.contiguous = dst.is_contiguous() && src.is_contiguous() && src.sizes() == dst.sizes();
+  args.calc = make_calc<2>(dst.sizes(), {&dst.strides(), &src.strides()});
+  if (args.n == 0) return;
+  Device d = dst.device();
+  int dc = code(dst.dtype());
+  if (exec_for(d) == Exec::cuda) cuda_cast(d.index, stream_for(d), args, dc);
+  else run_cpu(d, {dst.storage(), src.storage()}, [args, dc] { cpu_cast(args, dc); });
+}
+
+// Both dense with identical layout: one memcpy moves everything.
+bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
+         ((a.is_contiguous() && b.is_contiguous()) ||
+          (a.strides() == b.strides() && a.is_non_overlapping_and_dense()));
+}
+
+// Start of the memory range a dense tensor covers (lowest address).
+const void* dense_begin(const Tensor& t) {
+  std::int64_t lo = 0;
+  for (std::size_t i = 0; i < t.sizes().size(); ++i)
+    if (t.strides()[i] < 0) lo += (t.sizes()[i] - 1) * t.strides()[i];
+  return static_cast<const char*>(t.data_ptr()) + lo * static_cast<std::int64_t>(t.element_size());
+}
+
+// Keeps storages alive until the work enqueued so far on `s` has run.
+void keep_alive(detail::StreamHandle s, std::vector<std::shared_ptr<Storage>> keep) {
+  detail::backend().launch_host_task(s, [keep = std::move(keep)] {});
+}
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
+  if (!defined() || !src0.defined()) throw ValueError("copy_: undefined tensor");
+  Tensor src = src0.sizes() == sizes_ ? src0 : src0.expand(sizes_);
+  if (numel() == 0) return *this;
+  Device dd = device(), sd = src.device();
+  if (dd == sd) {
+    if (same_dense_layout(*this, src) && data_ptr() == src.data_ptr()) return *this;
+    if (same_dense_layout(*this, src) && dd.is_cuda()) {
+      detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), stream_for(dd));
+      return *this;
+    }
+    cast_copy(*this, src);
+    return *this;
+  }
+  // Different devices (host <-> device, or device <-> device).
+  // The copy runs on the current stream of the device side (dst's when both are devices).
+  Device cd = dd.is_cuda() ? dd : sd;
+  detail::StreamHandle s = stream_for(cd);
+  bool dense = same_dense_layout(*this, src);
+  // Non-dense sources are first converted on their own side into a contiguous buffer of
+  // our dtype; the bytes then move in one memcpy and get scattered into our strides.
+  Tensor staged;
+  if (!dense) staged = src.dtype() == dtype_ && src.is_contiguous() ? src : src.to(dtype_).contiguous();
+  if (dd.is_cuda() && sd.is_cuda()) {
+    // Order after the source device's pending work, and make it wait for ours afterwards.
+    current_stream(cd.index).wait(current_stream(sd.index));
+  }
+  if (dense) {
+    detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), s);
+  } else {
+    if (is_contiguous()) {
+      detail::backend().memcpy_async(data_ptr(), staged.data_ptr(), nbytes(), s);
+    } else {
+      Tensor landing = empty(sizes_, TensorOptions{dtype_, dd, false});
+      detail::backend().memcpy_async(landing.data_ptr(), staged.data_ptr(), nbytes(), s);
+      if (dd.is_cpu()) detail::backend().stream_synchronize(s);  // host scatter needs the bytes
+      cast_copy(*this, landing);
+      if (dd.is_cuda()) keep_alive(s, {landing.storage()});
+    }
+    if (non_blocking) keep_alive(s, {staged.storage()});
+  }
+  if (dd.is_cuda() && sd.is_cuda()) current_stream(sd.index).wait(current_stream(cd.index));
+  if (!non_blocking && (dd.is_cpu() || sd.is_cpu())) detail::backend().stream_synchronize(s);
+  return *this;
+}
+
+Tensor& Tensor::fill_(const Scalar& value) {
+  if (!defined()) throw ValueError("fill_: undefined tensor");
+  FillArgs args{};
+  args.out = data_ptr();
+  args.n = numel();
+  args.contiguous = is_contiguous();
+  scalar_to_bytes(value, dtype_, args.value);
+  args.calc = make_calc<1>(sizes_, {&strides_});
+  if (args.n == 0) return *this;
+  Device d = device();
+  int es = static_cast<int>(element_size());
+  if (exec_for(d) == Exec::cuda) cuda_fill(d.index, stream_for(d), args, es);
+  else run_cpu(d, {storage_}, [args, es] { cpu_fill(args, es); });
+  return *this;
+}
+
+Scalar Tensor::item() const {
+  if (numel() != 1)
+    throw ValueError("a Tensor with " + std::to_string(numel()) + " elements cannot be converted to a scalar");
+  Tensor h = empty({}, TensorOptions{dtype_, Device::cpu()});
+  h.copy_(*this);  // synchronous
+  const void* p = h.data_ptr();
+  switch (dtype_) {
+    case DType::bool_: return Scalar(*static_cast<const bool*>(p));
+    case DType::complex64:
+    case DType::complex128: {
+      auto c = load_as<Complex128>(p, code(dtype_));
+      return Scalar(std::complex<double>(c.re, c.im));
+    }
+    default:
+      if (is_integral(dtype_, false)) return Scalar(static_cast<long long>(load_as<std::int64_t>(p, code(dtype_))));
+      return Scalar(load_as<double>(p, code(dtype_)));
+  }
+}
+
+}  // namespace cudakit

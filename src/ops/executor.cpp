@@ -1,0 +1,93 @@
+#include "ops/executor.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "cudakit/error.hpp"
+#include "cudakit/stream.hpp"
+
+namespace cudakit::ops {
+
+Exec exec_for(const Device& d) {
+  if (d.is_cpu()) return Exec::host;
+  // The backend is fixed for the process: cache the answer (hot path).
+  static const bool emulated = std::string(detail::backend().name()) == "emulated";
+  return emulated ? Exec::emulated : Exec::cuda;
+}
+
+detail::StreamHandle stream_for(const Device& d) { return current_stream(d.index).handle(); }
+
+void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn) {
+  if (d.is_cpu()) {
+    fn();
+    return;
+  }
+  detail::backend().launch_host_task(stream_for(d), [keep = std::move(keep), fn = std::move(fn)] { fn(); });
+}
+
+template <int N>
+OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& strides) {
+  // Innermost first, dropping size-1 dims, merging dims that are contiguous for everyone.
+  std::vector<std::int64_t> sz;
+  std::vector<std::array<std::int64_t, N>> st;
+  for (std::size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    std::array<std::int64_t, N> s{};
+    for (int a = 0; a < N; ++a) s[a] = (*strides[a])[i];
+    if (!sz.empty()) {
+      bool merge = true;
+      for (int a = 0; a < N; ++a) merge = merge && s[a] == st.back()[a] * sz.back();
+      if (merge) {
+        sz.back() *= sizes[i];
+        continue;
+      }
+    }
+    sz.push_back(sizes[i]);
+    st.push_back(s);
+  }
+  if (sz.size() > 8)
+    throw NotSupportedError("built-in ops support at most 8 non-contiguous dimensions (got " +
+                            std::to_string(sz.size()) + "); call .contiguous() first");
+  OffsetCalc<N> c{};
+  c.ndim = static_cast<int>(sz.size());
+  for (int d = 0; d < c.ndim; ++d) {
+    c.sizes[d] = sz[d];
+    for (int a = 0; a < N; ++a) c.strides[a][d] = st[d][a];
+  }
+  return c;
+}
+template OffsetCalc<1> make_calc<1>(const Shape&, const std::array<const Shape*, 1>&);
+template OffsetCalc<2> make_calc<2>(const Shape&, const std::array<const Shape*, 2>&);
+template OffsetCalc<3> make_calc<3>(const Shape&, const std::array<const Shape*, 3>&);
+
+template <class D>
+static void put(const Scalar& v, unsigned char out[16]) {
+  D d;
+  switch (v.kind) {
+    case Scalar::Kind::boolean:
+    case Scalar::Kind::integer: d = convert<D>(v.i); break;
+    case Scalar::Kind::floating: d = convert<D>(v.d); break;
+    default: d = convert<D>(Complex128{v.c.real(), v.c.imag()}); break;
+  }
+  std::memcpy(out, &d, sizeof(D));
+}
+
+void scalar_to_bytes(const Scalar& v, DType t, unsigned char out[16]) {
+  std::memset(out, 0, 16);
+  switch (t) {
+    case DType::bool_: put<bool>(v, out); break;
+    case DType::uint8: put<std::uint8_t>(v, out); break;
+    case DType::int8: put<std::int8_t>(v, out); break;
+    case DType::int16: put<std::int16_t>(v, out); break;
+    case DType::int32: put<std::int32_t>(v, out); break;
+    case DType::int64: put<std::int64_t>(v, out); break;
+    case DType::float16: put<Half>(v, out); break;
+    case DType::bfloat16: put<BFloat16>(v, out); break;
+    case DType::float32: put<float>(v, out); break;
+    case DType::float64: put<double>(v, out); break;
+    case DType::complex64: put<Complex64>(v, out); break;
+    case DType::complex128: put<Complex128>(v, out); break;
+  }
+}
+
+}  // namespace cudakit::ops

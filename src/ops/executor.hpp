@@ -1,0 +1,62 @@
+// The two executors behind every built-in op. An op prepares one argument block
+// (elementwise_common.hpp) and hands it to:
+//   * the CPU implementation (cpu_kernels.cpp): run inline for host tensors, or enqueued as
+//     a host task on the current stream for emulated device tensors (the emulated device's
+//     memory is host memory), keeping the operands' storage alive until it ran;
+//   * the CUDA launcher (cuda_kernels.cpp): a kernel from the embedded fatbin on the current
+//     stream of the tensor's device.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cudakit/tensor.hpp"
+#include "ops/elementwise_common.hpp"
+#include "random/philox.hpp"
+
+namespace cudakit::ops {
+
+enum class Exec { host, emulated, cuda };
+Exec exec_for(const Device& d);
+detail::StreamHandle stream_for(const Device& d);  // current stream of a device tensor
+inline int code(DType t) { return static_cast<int>(t); }
+
+// Runs `fn` for device `d`: inline (host), or as a host task on d's current stream that
+// keeps `keep` alive until it has run.
+void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn);
+
+// Collapses (sizes, strides of N operands) into at most 8 dims, innermost first. Throws
+// NotSupportedError if more than 8 non-mergeable dims remain.
+template <int N>
+OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& strides);
+
+// ---- CPU implementations (plain functions on host pointers) ----
+void cpu_binary(const BinaryArgs& a, int dtype);
+void cpu_unary(const UnaryArgs& a, int dtype);
+void cpu_cast(const CastArgs& a, int dst_dtype);
+void cpu_fill(const FillArgs& a, int elem_size);
+// Sums n elements (offsets from calc) of dtype `in_dtype` into *out of `out_dtype`.
+void cpu_sum(const void* in, const OffsetCalc<1>& calc, std::int64_t n, int in_dtype,
+             void* out, int out_dtype);
+// C[m,n] = A[m,k] @ B[k,n] with element strides (row, col) for each.
+void cpu_matmul(const void* A, std::int64_t sa0, std::int64_t sa1, const void* B,
+                std::int64_t sb0, std::int64_t sb1, void* C, std::int64_t m, std::int64_t n,
+                std::int64_t k, int dtype);
+void cpu_sample(const rng::SampleArgs& a);
+
+// ---- CUDA launchers (NotSupportedError when built without kernels) ----
+void cuda_binary(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype);
+void cuda_unary(int device, detail::StreamHandle s, const UnaryArgs& a, int dtype);
+void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst_dtype);
+void cuda_fill(int device, detail::StreamHandle s, const FillArgs& a, int elem_size);
+void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCalc<1>& calc,
+              std::int64_t n, int in_dtype, void* out, int out_dtype);
+void cuda_sample(int device, detail::StreamHandle s, const rng::SampleArgs& a);
+
+// Converts a Scalar to the bytes of one element of `t` (for fill and scalar operands).
+void scalar_to_bytes(const Scalar& v, DType t, unsigned char out[16]);
+
+}  // namespace cudakit::ops

@@ -1,0 +1,229 @@
+// Op descriptions: validation, type promotion, broadcasting, then one executor call.
+#include "cudakit/ops.hpp"
+
+#include <atomic>
+
+#include "cudakit/error.hpp"
+#include "ops/blas.hpp"
+#include "ops/executor.hpp"
+
+namespace cudakit {
+using namespace ops;
+
+namespace {
+int category(DType t) {
+  if (t == DType::bool_) return 0;
+  if (is_integral(t, false)) return 1;
+  if (is_floating_point(t)) return 2;
+  return 3;
+}
+DType to_complex(DType t) { return t == DType::float64 ? DType::complex128 : DType::complex64; }
+
+// torch's combine_categories: `higher` is the result of the higher-priority class.
+std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (is_complex(*higher)) return higher;
+  if (is_complex(*lower)) return is_floating_point(*higher) ? to_complex(*higher) : *lower;
+  if (is_floating_point(*higher)) return higher;
+  if (*higher == DType::bool_ || is_floating_point(*lower)) return promote_types(*higher, *lower);
+  return higher;
+}
+
+struct ResultState {
+  std::optional<DType> dim, zero, wrapped;
+  void add(std::optional<DType>& slot, DType t) { slot = slot ? promote_types(*slot, t) : t; }
+  void tensor(const Tensor& t) { add(t.dim() > 0 ? dim : zero, t.dtype()); }
+  void scalar(const Scalar& s) { add(wrapped, s.default_dtype()); }
+  DType result() const { return *combine(dim, combine(zero, wrapped)); }
+};
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  if (!a.defined() || !b.defined()) throw ValueError(std::string(op) + ": undefined tensor operand");
+  if (!(a.device() == b.device()))
+    throw ValueError(std::string(op) + ": expected all tensors to be on the same device, but found " +
+                     a.device().str() + " and " + b.device().str() +
+                     "; move one with .to(device) first");
+}
+
+// A host 0-d tensor next to a device tensor acts as a scalar (as in torch).
+Tensor as_operand(const Tensor& t, const Device& d) {
+  if (t.device() == d || t.dim() != 0 || t.is_cuda()) return t;
+  return t.to(d);
+}
+
+Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DType rt,
+              Tensor* out_opt = nullptr) {
+  Tensor a = as_operand(a0, b0.device()), b = as_operand(b0, a0.device());
+  check_same_device(a, b, name);
+  if (op == kSub && a.dtype() == DType::bool_ && b.dtype() == DType::bool_)
+    throw ValueError("sub: subtraction with two bool tensors is not supported; use logical ops or cast to an integer dtype");
+  if (op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
+  Shape shape = broadcast_shapes(a.sizes(), b.sizes());
+  Tensor out = out_opt ? *out_opt : empty(shape, TensorOptions{rt, a.device(), false});
+  if (out_opt && out.sizes() != shape)
+    throw ValueError(std::string(name) + ": output shape " + shape_str(out.sizes()) +
+                     " does not match broadcast shape " + shape_str(shape));
+  Tensor ca = a.dtype() == rt ? a : a.to(rt);
+  Tensor cb = b.dtype() == rt ? b : b.to(rt);
+  Tensor ea = ca.expand(shape), eb = cb.expand(shape);
+  BinaryArgs args{};
+  args.out = out.data_ptr();
+  args.a = ea.data_ptr();
+  args.b = eb.data_ptr();
+  args.n = out.numel();
+  args.op = op;
+  args.contiguous = ca.sizes() == shape && cb.sizes() == shape && out.is_contiguous() &&
+                    ca.is_contiguous() && cb.is_contiguous();
+  args.calc = make_calc<3>(shape, {&out.strides(), &ea.strides(), &eb.strides()});
+  if (args.n == 0) return out;
+  Device d = out.device();
+  if (exec_for(d) == Exec::cuda) {
+    cuda_binary(d.index, stream_for(d), args, code(rt));
+  } else {
+    run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, rt] { cpu_binary(args, code(rt)); });
+  }
+  return out;
+}
+
+Tensor scalar_tensor(const Scalar& s, DType t, const Device& d) { return full({}, s, TensorOptions{t, d, false}); }
+
+Tensor binary_scalar(const Tensor& a, const Scalar& s, int op, const char* name, bool reverse) {
+  DType rt = result_type(a, s);
+  Tensor st = scalar_tensor(s, rt, a.device());
+  return reverse ? binary(st, a, op, name, rt) : binary(a, st, op, name, rt);
+}
+
+Tensor unary(const Tensor& a, int op) {
+  if (op == kRelu && (is_complex(a.dtype()) || a.dtype() == DType::bool_))
+    throw ValueError(std::string("relu is not defined for dtype ") + dtype_name(a.dtype()));
+  if (op == kNeg && a.dtype() == DType::bool_)
+    throw ValueError("negation, the `-` operator, on a bool tensor is not supported; use logical_not");
+  Tensor out = empty(a.sizes(), TensorOptions{a.dtype(), a.device(), false});
+  UnaryArgs args{};
+  args.out = out.data_ptr();
+  args.a = a.data_ptr();
+  args.n = a.numel();
+  args.op = op;
+  args.contiguous = a.is_contiguous();
+  args.calc = make_calc<2>(a.sizes(), {&out.strides(), &a.strides()});
+  if (args.n == 0) return out;
+  Device d = a.device();
+  DType t = a.dtype();
+  if (exec_for(d) == Exec::cuda) cuda_unary(d.index, stream_for(d), args, code(t));
+  else run_cpu(d, {out.storage(), a.storage()}, [args, t] { cpu_unary(args, code(t)); });
+  return out;
+}
+
+Tensor& inplace(Tensor& a, const Tensor& b, int op, const char* name) {
+  DType rt = result_type(a, b);
+  if (op == kDiv && is_integral(rt, true)) rt = DType::float32;
+  if (category(rt) > category(a.dtype()))
+    throw ValueError(std::string(name) + ": result type " + dtype_name(rt) +
+                     " can't be cast to the desired output type " + dtype_name(a.dtype()));
+  if (rt == a.dtype() && a.is_non_overlapping_and_dense()) {
+    binary(a, b, op, name, rt, &a);
+  } else {
+    a.copy_(binary(a, b, op, name, rt));
+  }
+  return a;
+}
+
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  ResultState s;
+  s.tensor(a);
+  s.tensor(b);
+  return s.result();
+}
+DType result_type(const Tensor& a, const Scalar& b) {
+  ResultState s;
+  s.tensor(a);
+  s.scalar(b);
+  return s.result();
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, kAdd, "add", result_type(a, b)); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, kSub, "sub", result_type(a, b)); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, kMul, "mul", result_type(a, b)); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, kDiv, "div", result_type(a, b)); }
+Tensor add(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kAdd, "add", false); }
+Tensor sub(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kSub, "sub", false); }
+Tensor mul(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kMul, "mul", false); }
+Tensor div(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kDiv, "div", false); }
+Tensor rsub(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kSub, "sub", true); }
+Tensor rdiv(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kDiv, "div", true); }
+Tensor neg(const Tensor& a) { return unary(a, kNeg); }
+Tensor relu(const Tensor& a) { return unary(a, kRelu); }
+Tensor& add_(Tensor& a, const Tensor& b) { return inplace(a, b, kAdd, "add_"); }
+Tensor& sub_(Tensor& a, const Tensor& b) { return inplace(a, b, kSub, "sub_"); }
+Tensor& mul_(Tensor& a, const Tensor& b) { return inplace(a, b, kMul, "mul_"); }
+Tensor& div_(Tensor& a, const Tensor& b) { return inplace(a, b, kDiv, "div_"); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+Tensor sum(const Tensor& a) {
+  if (!a.defined()) throw ValueError("sum: undefined tensor");
+  DType ot = is_integral(a.dtype(), true) ? DType::int64 : a.dtype();
+  Tensor out = empty({}, TensorOptions{ot, a.device(), false});
+  OffsetCalc<1> calc = make_calc<1>(a.sizes(), {&a.strides()});
+  std::int64_t n = a.numel();
+  const void* in = a.data_ptr();
+  void* o = out.data_ptr();
+  Device d = a.device();
+  DType it = a.dtype();
+  if (exec_for(d) == Exec::cuda) cuda_sum(d.index, stream_for(d), in, calc, n, code(it), o, code(ot));
+  else run_cpu(d, {out.storage(), a.storage()}, [=] { cpu_sum(in, calc, n, code(it), o, code(ot)); });
+  return out;
+}
+
+void set_matmul_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool matmul_allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  check_same_device(a0, b0, "matmul");
+  if (a0.dim() < 1 || a0.dim() > 2 || b0.dim() < 1 || b0.dim() > 2)
+    throw ValueError("matmul supports 1-D and 2-D operands (got " + std::to_string(a0.dim()) + "-D and " +
+                     std::to_string(b0.dim()) + "-D); reshape batched inputs yourself");
+  if (a0.dtype() != b0.dtype())
+    throw ValueError(std::string("matmul: expected both operands to have the same dtype, got ") +
+                     dtype_name(a0.dtype()) + " and " + dtype_name(b0.dtype()));
+  DType t = a0.dtype();
+  if (!is_floating_point(t))
+    throw ValueError(std::string("matmul supports float16, bfloat16, float32 and float64, not ") + dtype_name(t));
+  Tensor a = a0.dim() == 1 ? a0.unsqueeze(0) : a0;
+  Tensor b = b0.dim() == 1 ? b0.unsqueeze(1) : b0;
+  if (a.size(1) != b.size(0))
+    throw ValueError("matmul: shapes " + shape_str(a0.sizes()) + " and " + shape_str(b0.sizes()) +
+                     " cannot be multiplied (" + std::to_string(a.size(1)) + " != " + std::to_string(b.size(0)) + ")");
+  std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor out = empty({m, n}, TensorOptions{t, a.device(), false});
+  Device d = a.device();
+  if (exec_for(d) == Exec::cuda) {
+    if (m * n == 0) {
+    } else if (k == 0) {
+      out.zero_();
+    } else {
+      blas_gemm(d.index, stream_for(d), a, b, out, matmul_allow_tf32());
+    }
+  } else if (m * n > 0) {
+    const void* A = a.data_ptr();
+    const void* B = b.data_ptr();
+    void* C = out.data_ptr();
+    auto sa0 = a.stride(0), sa1 = a.stride(1), sb0 = b.stride(0), sb1 = b.stride(1);
+    run_cpu(d, {out.storage(), a.storage(), b.storage()},
+            [=] { cpu_matmul(A, sa0, sa1, B, sb0, sb1, C, m, n, k, code(t)); });
+  }
+  if (a0.dim() == 1 && b0.dim() == 1) return out.view({});
+  if (a0.dim() == 1) return out.view({n});
+  if (b0.dim() == 1) return out.view({m});
+  return out;
+}
+
+}  // namespace cudakit
