@@ -1,0 +1,285 @@
+// Caching allocator behaviour on the emulated backend: reuse, splitting/merging, stats,
+// stream ordering, record_stream, empty_cache, expandable segments, pools, bad input.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "backend/backend.hpp"
+#include "cudakit/allocation.hpp"
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+#include "cudakit/stream.hpp"
+#include "memory/config.hpp"
+#include "memory/device_allocator.hpp"
+
+using namespace cudakit;
+using memory::AllocatorConfig;
+using memory::DeviceAllocator;
+using memory::kMiB;
+
+namespace {
+bool emulated() { return std::string(detail::backend().name()) == "emulated"; }
+
+DeviceAllocator make(const std::string& conf = "") {
+  return DeviceAllocator(0, detail::backend(), AllocatorConfig::parse(conf));
+}
+}  // namespace
+
+TEST(MemoryAllocator, AllocationContractRoundTrip) {
+  Allocation a = allocate_device(1000);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a.size(), 1000u);
+  EXPECT_EQ(a.device(), current_device());
+  EXPECT_GE(memory_allocated(), 1024u);
+  void* p = a.get();
+  a.reset();
+  EXPECT_FALSE(a);
+  Allocation b = allocate_device(1000);
+  EXPECT_EQ(b.get(), p) << "a freed block is reused at once on the same stream";
+  Allocation z = allocate_device(0);
+  EXPECT_FALSE(z);
+  Allocation h = allocate_host(4096, true);
+  ASSERT_TRUE(h);
+  std::memset(h.get(), 1, 4096);
+  EXPECT_EQ(h.kind(), MemoryKind::pinned_host);
+  Allocation pg = allocate_host(100, false);
+  ASSERT_TRUE(pg);
+}
+
+TEST(MemoryAllocator, RoundingSplittingAndStats) {
+  DeviceAllocator a = make();
+  auto* b1 = a.malloc(1, nullptr);
+  EXPECT_EQ(b1->size, 512u);
+  EXPECT_EQ(b1->requested, 1u);
+  auto s = a.stats();
+  EXPECT_EQ(s.allocated_bytes[0].current, 512);
+  EXPECT_EQ(s.allocated_bytes[1].current, 512);  // small pool
+  EXPECT_EQ(s.reserved_bytes[0].current, static_cast<std::int64_t>(2 * kMiB));
+  EXPECT_EQ(s.requested_bytes[0].current, 1);
+  EXPECT_EQ(s.segment[0].current, 1);
+  EXPECT_EQ(s.inactive_split[0].current, 1);
+  auto* b2 = a.malloc(3000, nullptr);
+  EXPECT_EQ(b2->size, 3072u);
+  EXPECT_EQ(b2->ptr, b1->ptr + 512) << "split from the same small segment";
+  auto* big = a.malloc(5 * kMiB, nullptr);
+  EXPECT_EQ(a.stats().reserved_bytes[2].current, static_cast<std::int64_t>(20 * kMiB));
+  ASSERT_TRUE(a.free(reinterpret_cast<void*>(b1->ptr)));
+  ASSERT_TRUE(a.free(reinterpret_cast<void*>(b2->ptr)));
+  ASSERT_TRUE(a.free(reinterpret_cast<void*>(big->ptr)));
+  s = a.stats();
+  EXPECT_EQ(s.allocated_bytes[0].current, 0);
+  EXPECT_EQ(s.allocation[0].current, 0);
+  EXPECT_EQ(s.active[0].current, 0);
+  EXPECT_EQ(s.inactive_split[0].current, 0) << "merged back into whole segments";
+  EXPECT_EQ(s.allocated_bytes[0].peak, static_cast<std::int64_t>(512 + 3072 + 5 * kMiB));
+  a.empty_cache();
+  s = a.stats();
+  EXPECT_EQ(s.reserved_bytes[0].current, 0);
+  EXPECT_EQ(s.segment[0].current, 0);
+  EXPECT_EQ(s.num_device_alloc, 2);
+  EXPECT_EQ(s.num_device_free, 2);
+  EXPECT_FALSE(a.free(reinterpret_cast<void*>(b1->ptr))) << "double free is rejected";
+}
+
+TEST(MemoryAllocator, StreamOrderedReuse) {
+  DeviceAllocator a = make();
+  Stream s1(0), s2(0);
+  auto* b = a.malloc(4 * kMiB, s1.handle());
+  const auto p = b->ptr;
+  a.free(reinterpret_cast<void*>(p));
+  auto* c = a.malloc(4 * kMiB, s2.handle());
+  EXPECT_NE(c->ptr, p) << "a block freed on s1 is not handed to s2";
+  auto* d = a.malloc(4 * kMiB, s1.handle());
+  EXPECT_EQ(d->ptr, p);
+  a.free(reinterpret_cast<void*>(c->ptr));
+  a.free(reinterpret_cast<void*>(d->ptr));
+}
+
+TEST(MemoryAllocator, RecordStreamDefersReuse) {
+  DeviceAllocator a = make();
+  Stream s1(0), s2(0);
+  auto* b = a.malloc(1024, s1.handle());
+  const auto p = b->ptr;
+  std::atomic<bool> release{false};
+  s2.launch_host_func([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  ASSERT_TRUE(a.record_stream(reinterpret_cast<void*>(p), s2.handle()));
+  a.free(reinterpret_cast<void*>(p));
+  auto st = a.stats();
+  EXPECT_EQ(st.allocation[0].current, 0);
+  EXPECT_EQ(st.active[0].current, 1) << "pending on s2's work";
+  auto* c = a.malloc(1024, s1.handle());
+  EXPECT_NE(c->ptr, p) << "not reused while s2 still runs";
+  release = true;
+  s2.sync();
+  a.free(reinterpret_cast<void*>(c->ptr));
+  auto* d = a.malloc(1024, s1.handle());
+  EXPECT_EQ(d->ptr, p) << "reused once s2's event completed";
+  a.free(reinterpret_cast<void*>(d->ptr));
+  EXPECT_EQ(a.stats().active[0].current, 0);
+}
+
+TEST(MemoryAllocator, ExpandableSegmentsGrowAndShrink) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* b1 = a.malloc(30 * kMiB, nullptr);
+  auto* b2 = a.malloc(50 * kMiB, nullptr);
+  const auto p1 = b1->ptr;
+  EXPECT_EQ(b2->ptr, b1->ptr + 30 * kMiB) << "contiguous in one reservation";
+  std::memset(reinterpret_cast<void*>(b1->ptr), 7, 30 * kMiB);
+  std::memset(reinterpret_cast<void*>(b2->ptr), 9, 50 * kMiB);
+  auto s = a.stats();
+  EXPECT_EQ(s.reserved_bytes[0].current, static_cast<std::int64_t>(80 * kMiB))
+      << "no rounding slack beyond the 2 MiB page";
+  a.free(reinterpret_cast<void*>(b1->ptr));
+  auto* b3 = a.malloc(70 * kMiB, nullptr);  // does not fit the 30 MiB hole
+  EXPECT_EQ(b3->ptr, b2->ptr + 50 * kMiB);
+  a.free(reinterpret_cast<void*>(b2->ptr));
+  a.empty_cache();
+  s = a.stats();
+  EXPECT_EQ(s.reserved_bytes[0].current, static_cast<std::int64_t>(70 * kMiB))
+      << "free pages were unmapped";
+  auto* b4 = a.malloc(80 * kMiB, nullptr);  // reuses (remaps) the address range in front
+  EXPECT_EQ(b4->ptr, p1);
+  std::memset(reinterpret_cast<void*>(b4->ptr), 1, 80 * kMiB);
+  a.free(reinterpret_cast<void*>(b3->ptr));
+  a.free(reinterpret_cast<void*>(b4->ptr));
+  a.empty_cache();
+  s = a.stats();
+  EXPECT_EQ(s.reserved_bytes[0].current, 0);
+  EXPECT_EQ(s.allocated_bytes[0].current, 0);
+  EXPECT_EQ(s.inactive_split_bytes[0].current, 0);
+}
+
+TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {
+  DeviceAllocator a = make("max_split_size_mb:64");
+  auto* big = a.malloc(100 * kMiB, nullptr);
+  const auto p = big->ptr;
+  a.free(reinterpret_cast<void*>(p));
+  auto* small = a.malloc(30 * kMiB, nullptr);
+  EXPECT_NE(small->ptr, p) << "an oversize block is not split for a small request";
+  auto* again = a.malloc(95 * kMiB, nullptr);
+  EXPECT_EQ(again->ptr, p) << "reused (unsplit) for a request within the rounding limit";
+  EXPECT_EQ(again->size, 100 * kMiB);
+  EXPECT_EQ(a.stats().oversize_allocations.current, 1);
+  a.free(reinterpret_cast<void*>(small->ptr));
+  a.free(reinterpret_cast<void*>(again->ptr));
+}
+
+TEST(MemoryAllocator, PoolsRouteByThread) {
+  MemPool pool;
+  EXPECT_EQ(pool.use_count(), 1);
+  void* outside = caching_allocator_alloc(4096);
+  void* inside = nullptr;
+  {
+    UseMemPool use(pool);
+    inside = caching_allocator_alloc(4096);
+    std::thread([&] {
+      void* other = caching_allocator_alloc(4096);  // another thread: default pool
+      auto info = allocation_info(other);
+      ASSERT_TRUE(info);
+      caching_allocator_delete(other);
+    }).join();
+  }
+  // Different segments: a private pool never shares with the default pool.
+  auto diff = reinterpret_cast<std::uintptr_t>(inside) > reinterpret_cast<std::uintptr_t>(outside)
+                  ? reinterpret_cast<std::uintptr_t>(inside) - reinterpret_cast<std::uintptr_t>(outside)
+                  : reinterpret_cast<std::uintptr_t>(outside) - reinterpret_cast<std::uintptr_t>(inside);
+  EXPECT_GE(diff, 2 * kMiB - 4096);
+  caching_allocator_delete(inside);
+  caching_allocator_delete(outside);
+}
+
+TEST(MemoryAllocator, CachingDisabledGoesStraightToTheDevice) {
+  empty_cache();
+  const auto before = memory_stats_of().num_device_alloc;
+  {
+    CachingAllocatorDisabled off;
+    void* p = caching_allocator_alloc(1000);
+    caching_allocator_delete(p);
+    void* q = caching_allocator_alloc(1000);
+    caching_allocator_delete(q);
+  }
+  EXPECT_TRUE(caching_allocator_enabled());
+  auto s = memory_stats_of();
+  EXPECT_EQ(s.num_device_alloc - before, 2);
+  EXPECT_EQ(memory_reserved() - memory_allocated(), 0u);
+}
+
+TEST(MemoryAllocator, BadInput) {
+  int x = 0;
+  EXPECT_THROW(caching_allocator_delete(&x), ValueError);
+  void* p = caching_allocator_alloc(100);
+  caching_allocator_delete(p);
+  EXPECT_THROW(caching_allocator_delete(p), ValueError);
+  EXPECT_THROW(caching_allocator_alloc(100, 99), ValueError);
+  EXPECT_THROW(set_per_process_memory_fraction(1.5), ValueError);
+  EXPECT_THROW(set_per_process_memory_fraction(-0.1), ValueError);
+  EXPECT_THROW(record_stream(&x, current_stream()), ValueError);
+  EXPECT_THROW(caching_allocator_alloc(std::size_t(1) << 62), OutOfMemoryError);
+  EXPECT_THROW(PluggableAllocator("/nonexistent/lib.so", "a", "f"), ValueError);
+  EXPECT_THROW(PluggableAllocator("libc.so.6", "no_such_alloc", "free"), ValueError);
+  // The allocator still works after all of that.
+  void* q = caching_allocator_alloc(100);
+  EXPECT_NE(q, nullptr);
+  caching_allocator_delete(q);
+}
+
+TEST(MemoryAllocator, FlatStatsKeysLikeTorch) {
+  auto m = memory_stats();
+  for (const char* k : {"allocated_bytes.all.current", "reserved_bytes.large_pool.peak",
+                        "num_alloc_retries", "num_ooms", "active.small_pool.freed",
+                        "inactive_split_bytes.all.allocated", "requested_bytes.all.current",
+                        "oversize_allocations.current", "oversize_segments.peak",
+                        "max_split_size", "num_device_alloc", "num_sync_all_streams"})
+    EXPECT_TRUE(m.count(k)) << k;
+  EXPECT_EQ(m.size(), 9u * 3 * 4 + 6 + 8);
+  EXPECT_NE(memory_summary().find("Allocated memory"), std::string::npos);
+  EXPECT_EQ(get_allocator_backend(), "native");
+}
+
+TEST(MemoryConfig, ParsesTorchSyntaxAndRejectsTypos) {
+  auto c = AllocatorConfig::parse(
+      "max_split_size_mb:128, garbage_collection_threshold:0.6,expandable_segments:True,"
+      "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
+  EXPECT_EQ(c.max_split_size, 128 * kMiB);
+  EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.6);
+  EXPECT_TRUE(c.expandable_segments);
+  EXPECT_EQ(c.divisions_for(100 * kMiB), 1u);
+  EXPECT_EQ(c.divisions_for(300 * kMiB), 1u);  // torch: bucket = floor(log2(MiB))
+  EXPECT_EQ(c.divisions_for(600 * kMiB), 2u);
+  EXPECT_EQ(c.divisions_for(4096 * kMiB), 8u);
+  EXPECT_EQ(AllocatorConfig::parse("roundup_power2_divisions:4").divisions_for(kMiB), 4u);
+  EXPECT_EQ(AllocatorConfig::parse("backend:cudaMallocAsync").backend,
+            AllocatorConfig::Backend::driver_async);
+  for (const char* bad : {"max_split_size_mb:10", "expandable_segment:True", "backend:foo",
+                          "garbage_collection_threshold:1.5", "roundup_power2_divisions:3",
+                          "expandable_segments:maybe", "max_split_size_mb", "max_split_size_mb:abc"}) {
+    try {
+      AllocatorConfig::parse(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ValueError& e) {
+      std::string what = e.what();
+      std::string key = std::string(bad).substr(0, std::string(bad).find(':'));
+      EXPECT_NE(what.find(key), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(MemoryAllocator, HostPinnedCacheStats) {
+  reset_accumulated_host_memory_stats();
+  host_empty_cache();
+  void* p;
+  {
+    Allocation a = allocate_host(3000);
+    p = a.get();
+  }
+  Allocation b = allocate_host(4000);  // same 4 KiB class: reused
+  EXPECT_EQ(b.get(), p);
+  auto m = host_memory_stats();
+  EXPECT_EQ(m["allocations.current"], 1);
+  EXPECT_EQ(m["allocated_bytes.current"], 4096);
+  EXPECT_EQ(m["num_host_alloc"], 1);
+  EXPECT_TRUE(m.count("host_alloc_time.avg"));
+}
