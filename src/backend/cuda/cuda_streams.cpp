@@ -23,9 +23,8 @@ static_assert(kEventInterprocess == CU_EVENT_INTERPROCESS);
 static_assert(sizeof(IpcHandle) == sizeof(CUipcEventHandle));
 static_assert(sizeof(IpcHandle) == sizeof(CUipcMemHandle));
 
-// Runs on a driver thread. Owns the task; exceptions must never unwind into the driver.
-void run_host_task(void* user_data) {
-  auto* task = static_cast<HostTask*>(user_data);
+// Runs on a driver thread. Exceptions must never unwind into the driver.
+void invoke(HostTask* task) noexcept {
   try {
     (*task)();
   } catch (const std::exception& e) {
@@ -34,8 +33,19 @@ void run_host_task(void* user_data) {
   } catch (...) {
     std::fprintf(stderr, "cudakit: unknown exception escaped a stream host task (ignored)\n");
   }
+}
+
+// Eager launch: runs once, then frees itself.
+void run_host_task_once(void* user_data) {
+  auto* task = static_cast<HostTask*>(user_data);
+  invoke(task);
   delete task;
 }
+
+// Captured launch: a graph may replay the node any number of times, so the task is owned by
+// a CUDA user object retained by the graph and freed when the graph and its executables die.
+void run_host_task_captured(void* user_data) { invoke(static_cast<HostTask*>(user_data)); }
+void delete_host_task(void* user_data) { delete static_cast<HostTask*>(user_data); }
 
 }  // namespace
 
@@ -109,12 +119,42 @@ int CudaBackend::stream_device(StreamHandle s) {
 void CudaBackend::launch_host_task(StreamHandle s, HostTask task) {
   ensure_current_context("launch_host_task");
   const EntryPoints& t = api("launch_host_task");
-  auto* owned = new HostTask(std::move(task));
-  CUresult rc = t.cuLaunchHostFunc(cu(s), &run_host_task, owned);
-  if (rc != CUDA_SUCCESS) {
-    delete owned;  // never enqueued, so never run
-    throw_cu(rc, "cuLaunchHostFunc");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph capturing = nullptr;
+  // A failed query (e.g. the legacy stream during another stream's global capture) falls
+  // through to the eager path, whose launch then reports the real error.
+  if (t.cuStreamGetCaptureInfo &&
+      t.cuStreamGetCaptureInfo(cu(s), &status, nullptr, &capturing, nullptr, nullptr,
+                               nullptr) != CUDA_SUCCESS) {
+    status = CU_STREAM_CAPTURE_STATUS_NONE;
   }
+  auto* owned = new HostTask(std::move(task));
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    CUresult rc = t.cuLaunchHostFunc(cu(s), &run_host_task_once, owned);
+    if (rc != CUDA_SUCCESS) {
+      delete owned;  // never enqueued, so never run
+      throw_cu(rc, "cuLaunchHostFunc");
+    }
+    return;
+  }
+  if (t.cuUserObjectCreate && t.cuGraphRetainUserObject && capturing) {
+    CUuserObject obj = nullptr;
+    CUresult rc = t.cuUserObjectCreate(&obj, owned, &delete_host_task, 1,
+                                       CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+    if (rc != CUDA_SUCCESS) {
+      delete owned;
+      throw_cu(rc, "cuUserObjectCreate");
+    }
+    // Moves our single reference to the graph: the task now lives exactly as long as it.
+    rc = t.cuGraphRetainUserObject(capturing, obj, 1, CU_GRAPH_USER_OBJECT_MOVE);
+    if (rc != CUDA_SUCCESS) {
+      if (t.cuUserObjectRelease) t.cuUserObjectRelease(obj, 1);  // runs delete_host_task
+      throw_cu(rc, "cuGraphRetainUserObject");
+    }
+  }
+  // else: no user objects in this driver; the task is leaked rather than freed under a graph
+  // that may replay it.
+  check(t.cuLaunchHostFunc(cu(s), &run_host_task_captured, owned), "cuLaunchHostFunc");
 }
 
 // ---- events ----

@@ -95,11 +95,27 @@ void load(DriverState& s) {
   }
 
   // The driver version first: it gates which ABI versions may be requested.
-  s.api.cuDriverGetVersion = reinterpret_cast<PFN_cuDriverGetVersion_v2020>(
-      resolve(get_proc, "cuDriverGetVersion", 2020, 12080, 0));
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CUresult rc = get_proc("cuDriverGetVersion", &fn, 12080, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+                         &status);
   int version = 0;
-  if (!s.api.cuDriverGetVersion || s.api.cuDriverGetVersion(&version) != CUDA_SUCCESS) {
-    fail(s, errc::not_supported, "cuDriverGetVersion is unavailable in " + path);
+  if (rc == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && fn) {
+    s.api.cuDriverGetVersion = reinterpret_cast<PFN_cuDriverGetVersion_v2020>(fn);
+    rc = s.api.cuDriverGetVersion(&version);
+  } else if (rc == CUDA_SUCCESS) {
+    rc = CUDA_ERROR_NOT_FOUND;
+  }
+  if (rc == CUDA_ERROR_STUB_LIBRARY) {
+    fail(s, CUDA_ERROR_STUB_LIBRARY,
+         path + " is the CUDA toolkit's stub library, not a real NVIDIA driver: remove the "
+                "directory holding it from LD_LIBRARY_PATH");
+    return;
+  }
+  if (rc != CUDA_SUCCESS) {
+    fail(s, static_cast<int>(rc),
+         "cannot query the driver version of " + path + " (" +
+             error_code_name(static_cast<int>(rc)) + "): is it a real NVIDIA driver?");
     return;
   }
   s.driver_version = version;
@@ -132,7 +148,7 @@ void load(DriverState& s) {
     return;
   }
 
-  CUresult rc = s.api.cuInit(0);
+  rc = s.api.cuInit(0);
   if (rc != CUDA_SUCCESS) {
     std::string why = describe(s, rc);
     if (rc == CUDA_ERROR_STUB_LIBRARY) why += " (" + path + " is the toolkit stub)";

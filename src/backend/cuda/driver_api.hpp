@@ -108,7 +108,10 @@ namespace cudakit::detail::cuda {
   X(cuGraphNodeGetType, 10000, 12080, true)                   \
   X(cuGraphKernelNodeGetParams, 12000, 12080, false)          \
   X(cuGraphGetEdges, 12030, 12080, false)                     \
-  X(cuGraphDebugDotPrint, 11030, 12080, false)
+  X(cuGraphDebugDotPrint, 11030, 12080, false)               \
+  X(cuUserObjectCreate, 11030, 12080, false)                  \
+  X(cuUserObjectRelease, 11030, 12080, false)                 \
+  X(cuGraphRetainUserObject, 11030, 12080, false)
 
 // Entry points newer than the CUDA 13.0 headers we build against, so there is no PFN_
 // typedef to check against: prototypes are from NVIDIA's driver API reference. They have a
