@@ -24,6 +24,13 @@
 
 namespace cudakit::detail::cuda {
 
+// The calling thread's cached current device: -1 when unknown (never set through cudakit on
+// this thread, or a foreign context is current).
+inline int& thread_current_device() noexcept {
+  thread_local int device = -1;
+  return device;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend();
@@ -129,6 +136,26 @@ class CudaBackend final : public Backend {
   // Makes sure the calling thread has a current context (device 0's primary context if none),
   // so calls on the legacy default stream (null handle) have one to act on.
   void ensure_current_context(const char* what);
+  // For calls on stream `s`: a null handle needs the thread's current context
+  // (ensure_current_context); a real stream carries its own, and on a thread without any
+  // current context we make the stream's context current rather than device 0's, so no
+  // context is ever created on a device the caller does not use.
+  void ensure_context(StreamHandle s, const char* what) {
+    if (thread_current_device() >= 0) [[likely]] return;
+    ensure_context_slow(s, what);
+  }
+  // Runs `call` (returning CUresult); if the driver wants a current context and the thread has
+  // none, provides one and retries. For context-independent calls (VM, pointer queries,
+  // releases) that must not create a context as a side effect.
+  template <class Call>
+  CUresult with_context_retry(const char* what, Call&& call) {
+    CUresult rc = call();
+    if (rc == CUDA_ERROR_INVALID_CONTEXT && thread_current_device() < 0) {
+      ensure_current_context(what);
+      rc = call();
+    }
+    return rc;
+  }
 
   // Makes `device`'s primary context current for a scope, restoring the previous one. Free when
   // `device` already is the thread's current device.
@@ -155,13 +182,11 @@ class CudaBackend final : public Backend {
   };
   DeviceSlot& slot(int device, const char* what);
   void build_slots();
+  void ensure_context_slow(StreamHandle s, const char* what);
 
   std::once_flag slots_once_;
   std::unique_ptr<DeviceSlot[]> slots_;
   int slot_count_ = 0;
 };
-
-// The calling thread's cached current device: -1 when unknown (never set through cudakit).
-int& thread_current_device() noexcept;
 
 }  // namespace cudakit::detail::cuda

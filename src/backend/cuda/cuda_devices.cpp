@@ -13,11 +13,6 @@ std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::Cud
 
 namespace cudakit::detail::cuda {
 
-int& thread_current_device() noexcept {
-  thread_local int device = -1;
-  return device;
-}
-
 CudaBackend::CudaBackend() = default;
 CudaBackend::~CudaBackend() = default;
 
@@ -94,6 +89,26 @@ void CudaBackend::ensure_current_context(const char* what) {
     }
   }
   set_current_device(0);  // as the CUDA runtime does: a fresh thread starts on device 0
+}
+
+void CudaBackend::ensure_context_slow(StreamHandle s, const char* what) {
+  if (!s) {
+    ensure_current_context(what);
+    return;
+  }
+  const EntryPoints& t = api(what);
+  CUcontext c = nullptr;
+  check(t.cuCtxGetCurrent(&c), "cuCtxGetCurrent");
+  if (!c) {
+    check(t.cuStreamGetCtx(static_cast<CUstream>(s), &c), "cuStreamGetCtx");
+    check(t.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+  }
+  CUdevice dev = 0;
+  check(t.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int ordinal = ordinal_of(dev);
+  // Only a primary context of ours counts as "device N is current"; a foreign context stays
+  // current but unknown, so later calls keep checking.
+  if (ordinal >= 0 && context(ordinal, what) == c) thread_current_device() = ordinal;
 }
 
 CudaBackend::ContextScope::ContextScope(CudaBackend& b, int device, const char* what) {

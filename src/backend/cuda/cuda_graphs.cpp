@@ -91,21 +91,21 @@ std::uint64_t node_id(const EntryPoints& t, CUgraphNode node, std::size_t index)
 }  // namespace
 
 void CudaBackend::stream_begin_capture(StreamHandle s, CaptureMode mode) {
-  ensure_current_context("stream_begin_capture");
+  ensure_context(s, "stream_begin_capture");
   check(api("stream_begin_capture")
             .cuStreamBeginCapture(cu(s), static_cast<CUstreamCaptureMode>(mode)),
         "cuStreamBeginCapture");
 }
 
 GraphHandle CudaBackend::stream_end_capture(StreamHandle s) {
-  ensure_current_context("stream_end_capture");
+  ensure_context(s, "stream_end_capture");
   CUgraph g = nullptr;
   check(api("stream_end_capture").cuStreamEndCapture(cu(s), &g), "cuStreamEndCapture");
   return g;
 }
 
 CaptureStatus CudaBackend::stream_capture_status(StreamHandle s, std::uint64_t* capture_id) {
-  ensure_current_context("stream_capture_status");
+  ensure_context(s, "stream_capture_status");
   const EntryPoints& t = api("stream_capture_status");
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
@@ -126,15 +126,16 @@ CaptureStatus CudaBackend::stream_capture_status(StreamHandle s, std::uint64_t* 
 }
 
 GraphExecHandle CudaBackend::graph_instantiate(GraphHandle g) {
-  ensure_current_context("graph_instantiate");
+  const EntryPoints& t = api("graph_instantiate");
   CUgraphExec exec = nullptr;
-  check(api("graph_instantiate").cuGraphInstantiateWithFlags(&exec, graph(g), 0),
+  check(with_context_retry("graph_instantiate",
+                           [&] { return t.cuGraphInstantiateWithFlags(&exec, graph(g), 0); }),
         "cuGraphInstantiateWithFlags");
   return exec;
 }
 
 void CudaBackend::graph_launch(GraphExecHandle g, StreamHandle s) {
-  ensure_current_context("graph_launch");
+  ensure_context(s, "graph_launch");
   check(api("graph_launch").cuGraphLaunch(static_cast<CUgraphExec>(g), cu(s)), "cuGraphLaunch");
 }
 

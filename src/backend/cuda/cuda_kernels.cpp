@@ -32,7 +32,7 @@ FunctionHandle CudaBackend::module_get_function(ModuleHandle m, const char* name
 
 void CudaBackend::launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                                 StreamHandle s, void** args) {
-  ensure_current_context("launch_kernel");
+  ensure_context(s, "launch_kernel");
   check(api("launch_kernel")
             .cuLaunchKernel(static_cast<CUfunction>(f), grid.x, grid.y, grid.z, block.x,
                             block.y, block.z, shared_bytes, static_cast<CUstream>(s), args,

@@ -56,8 +56,8 @@ void* CudaBackend::host_alloc_pinned(std::size_t bytes) {
 
 void CudaBackend::host_free_pinned(void* ptr) {
   if (!ptr || is_shutting_down()) return;
-  ensure_current_context("host_free_pinned");
-  CUresult rc = api("host_free_pinned").cuMemFreeHost(ptr);
+  const EntryPoints& t = api("host_free_pinned");
+  CUresult rc = with_context_retry("host_free_pinned", [&] { return t.cuMemFreeHost(ptr); });
   if (!ignorable_at_release(rc)) check(rc, "cuMemFreeHost");
 }
 
@@ -73,7 +73,7 @@ void* CudaBackend::mem_alloc_async(int device, std::size_t bytes, StreamHandle s
 
 void CudaBackend::mem_free_async(void* ptr, StreamHandle s) {
   if (!ptr || is_shutting_down()) return;
-  ensure_current_context("mem_free_async");
+  ensure_context(s, "mem_free_async");
   const EntryPoints& t = api("mem_free_async");
   CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemFreeAsync)(dptr(ptr), cu(s));
   if (!ignorable_at_release(rc)) check(rc, "cuMemFreeAsync");
@@ -104,9 +104,10 @@ std::uintptr_t CudaBackend::vm_reserve(int device, std::size_t bytes) {
 
 void CudaBackend::vm_release(std::uintptr_t va, std::size_t bytes) {
   if (!va || is_shutting_down()) return;
-  ensure_current_context("vm_release");
   const EntryPoints& t = api("vm_release");
-  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemAddressFree)(static_cast<CUdeviceptr>(va), bytes);
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuMemAddressFree);
+  CUresult rc =
+      with_context_retry("vm_release", [&] { return fn(static_cast<CUdeviceptr>(va), bytes); });
   if (!ignorable_at_release(rc)) check(rc, "cuMemAddressFree");
 }
 
@@ -124,9 +125,10 @@ PhysMemHandle CudaBackend::vm_create(int device, std::size_t bytes) {
 
 void CudaBackend::vm_destroy(PhysMemHandle h) {
   if (!h || is_shutting_down()) return;
-  ensure_current_context("vm_destroy");
   const EntryPoints& t = api("vm_destroy");
-  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemRelease)(static_cast<CUmemGenericAllocationHandle>(h));
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuMemRelease);
+  CUresult rc = with_context_retry(
+      "vm_destroy", [&] { return fn(static_cast<CUmemGenericAllocationHandle>(h)); });
   if (!ignorable_at_release(rc)) check(rc, "cuMemRelease");
 }
 
@@ -149,9 +151,10 @@ void CudaBackend::vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, 
 
 void CudaBackend::vm_unmap(std::uintptr_t va, std::size_t bytes) {
   if (!va || is_shutting_down()) return;
-  ensure_current_context("vm_unmap");
   const EntryPoints& t = api("vm_unmap");
-  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemUnmap)(static_cast<CUdeviceptr>(va), bytes);
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuMemUnmap);
+  CUresult rc =
+      with_context_retry("vm_unmap", [&] { return fn(static_cast<CUdeviceptr>(va), bytes); });
   if (!ignorable_at_release(rc)) check(rc, "cuMemUnmap");
 }
 
@@ -160,11 +163,9 @@ int CudaBackend::pointer_device(const void* ptr) {
   const EntryPoints& t = api("pointer_device");
   // No context is needed for pointer queries (unified addressing); do not create one.
   unsigned int type = 0;
-  CUresult rc = t.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(ptr));
-  if (rc == CUDA_ERROR_INVALID_CONTEXT) {
-    ensure_current_context("pointer_device");
-    rc = t.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(ptr));
-  }
+  CUresult rc = with_context_retry("pointer_device", [&] {
+    return t.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(ptr));
+  });
   if (rc == CUDA_ERROR_INVALID_VALUE) return -1;  // memory the driver does not know: host
   check(rc, "cuPointerGetAttribute(MEMORY_TYPE)");
   if (type == CU_MEMORYTYPE_HOST) return -1;
@@ -179,14 +180,14 @@ int CudaBackend::pointer_device(const void* ptr) {
 
 void CudaBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) {
   if (bytes == 0) return;
-  ensure_current_context("memcpy_async");
+  ensure_context(s, "memcpy_async");
   check(api("memcpy_async").cuMemcpyAsync(dptr(dst), dptr(src), bytes, cu(s)), "cuMemcpyAsync");
 }
 
 void CudaBackend::memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
                                   StreamHandle s) {
   if (bytes == 0) return;
-  ensure_current_context("memset_d8_async");
+  ensure_context(s, "memset_d8_async");
   check(api("memset_d8_async").cuMemsetD8Async(dptr(dst), value, bytes, cu(s)),
         "cuMemsetD8Async");
 }

@@ -66,7 +66,7 @@ void CudaBackend::stream_destroy(StreamHandle s) {
 }
 
 bool CudaBackend::stream_query(StreamHandle s) {
-  ensure_current_context("stream_query");
+  ensure_context(s, "stream_query");
   CUresult rc = api("stream_query").cuStreamQuery(cu(s));
   if (rc == CUDA_ERROR_NOT_READY) return false;
   check(rc, "cuStreamQuery");
@@ -74,26 +74,28 @@ bool CudaBackend::stream_query(StreamHandle s) {
 }
 
 void CudaBackend::stream_synchronize(StreamHandle s) {
-  ensure_current_context("stream_synchronize");
+  ensure_context(s, "stream_synchronize");
   check(api("stream_synchronize").cuStreamSynchronize(cu(s)), "cuStreamSynchronize");
 }
 
 void CudaBackend::stream_wait_event(StreamHandle s, EventHandle e) {
-  ensure_current_context("stream_wait_event");
+  ensure_context(s, "stream_wait_event");
   check(api("stream_wait_event").cuStreamWaitEvent(cu(s), ev(e), 0), "cuStreamWaitEvent");
 }
 
 int CudaBackend::stream_priority(StreamHandle s) {
-  ensure_current_context("stream_priority");
+  ensure_context(s, "stream_priority");
   int p = 0;
   check(api("stream_priority").cuStreamGetPriority(cu(s), &p), "cuStreamGetPriority");
   return p;
 }
 
 int CudaBackend::stream_device(StreamHandle s) {
-  ensure_current_context("stream_device");
-  if (!s) return thread_current_device();  // the legacy stream of the current context
   const EntryPoints& t = api("stream_device");
+  if (!s) {  // the legacy stream of the current context
+    ensure_current_context("stream_device");
+    return thread_current_device();
+  }
   if (t.cuStreamGetDevice) {
     CUdevice dev = 0;
     check(t.cuStreamGetDevice(cu(s), &dev), "cuStreamGetDevice");
@@ -117,7 +119,7 @@ int CudaBackend::stream_device(StreamHandle s) {
 }
 
 void CudaBackend::launch_host_task(StreamHandle s, HostTask task) {
-  ensure_current_context("launch_host_task");
+  ensure_context(s, "launch_host_task");
   const EntryPoints& t = api("launch_host_task");
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph capturing = nullptr;
@@ -173,7 +175,7 @@ void CudaBackend::event_destroy(EventHandle e) {
 }
 
 void CudaBackend::event_record(EventHandle e, StreamHandle s) {
-  ensure_current_context("event_record");
+  ensure_context(s, "event_record");
   check(api("event_record").cuEventRecord(ev(e), cu(s)), "cuEventRecord");
 }
 
@@ -216,10 +218,11 @@ EventHandle CudaBackend::event_open_ipc(const IpcHandle& h) {
 }
 
 IpcHandle CudaBackend::mem_ipc_handle(void* ptr) {
-  ensure_current_context("mem_ipc_handle");
   const EntryPoints& t = api("mem_ipc_handle");
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuIpcGetMemHandle);
   CUipcMemHandle h{};
-  check(CUDAKIT_CU_OPTIONAL(t, cuIpcGetMemHandle)(&h, dptr(ptr)), "cuIpcGetMemHandle");
+  check(with_context_retry("mem_ipc_handle", [&] { return fn(&h, dptr(ptr)); }),
+        "cuIpcGetMemHandle");
   IpcHandle out;
   std::memcpy(out.bytes, h.reserved, sizeof(out.bytes));
   return out;
@@ -239,9 +242,9 @@ void* CudaBackend::mem_open_ipc(const IpcHandle& h) {
 
 void CudaBackend::mem_close_ipc(void* ptr) {
   if (!ptr || is_shutting_down()) return;
-  ensure_current_context("mem_close_ipc");
   const EntryPoints& t = api("mem_close_ipc");
-  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuIpcCloseMemHandle)(dptr(ptr));
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuIpcCloseMemHandle);
+  CUresult rc = with_context_retry("mem_close_ipc", [&] { return fn(dptr(ptr)); });
   if (!ignorable_at_release(rc)) check(rc, "cuIpcCloseMemHandle");
 }
 
