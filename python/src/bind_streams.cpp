@@ -20,6 +20,9 @@ struct PyStream {
   StreamRef ref;
 };
 
+// Distinct C++ type so pybind11 can register the Python subclass ExternalStream.
+struct PyExternalStream : PyStream {};
+
 struct PyEvent {
   Event event;
 };
@@ -106,10 +109,10 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
         return std::string(buf);
       });
 
-  py::class_<PyStream>(m, "ExternalStream", stream_cls, R"doc(
+  py::class_<PyExternalStream, PyStream>(m, "ExternalStream", R"doc(
 Wraps a stream created elsewhere (another library, raw CUDA). The caller keeps it alive.)doc")
       .def(py::init([](std::uintptr_t ptr, py::object device) {
-             return PyStream{get_stream_from_external(ptr, device_index(device))};
+             return PyExternalStream{{get_stream_from_external(ptr, device_index(device))}};
            }),
            py::arg("stream_ptr"), py::arg("device") = py::none());
 
