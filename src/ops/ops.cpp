@@ -167,6 +167,10 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
 
 Tensor sum(const Tensor& a) {
   if (!a.defined()) throw ValueError("sum: undefined tensor");
