@@ -183,6 +183,9 @@ class CudaBackend final : public Backend {
   DeviceSlot& slot(int device, const char* what);
   void build_slots();
   void ensure_context_slow(StreamHandle s, const char* what);
+  // Ordinal of the device of the thread's current context (-1: none / not ours); caches it
+  // in thread_current_device() when that context is our primary context. Needs a usable driver.
+  int device_of_current_context(CUcontext* current);
 
   std::once_flag slots_once_;
   std::unique_ptr<DeviceSlot[]> slots_;

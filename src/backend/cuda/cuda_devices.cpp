@@ -74,20 +74,29 @@ int CudaBackend::ordinal_of(CUdevice dev) {
   return -1;
 }
 
+int CudaBackend::device_of_current_context(CUcontext* current) {
+  const EntryPoints& t = driver().api;
+  CUcontext c = nullptr;
+  if (t.cuCtxGetCurrent(&c) != CUDA_SUCCESS) c = nullptr;
+  if (current) *current = c;
+  if (!c) return -1;
+  CUdevice dev = 0;
+  if (t.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+  int ordinal = ordinal_of(dev);
+  // Cache the answer only for the device's primary context (ours, or the same one made current
+  // by another library such as the CUDA runtime: retaining returns that handle). With a
+  // foreign context current the device is reported but stays "unknown", so ContextScope never
+  // restores the wrong context.
+  if (ordinal >= 0 && context(ordinal, "current_device") == c) thread_current_device() = ordinal;
+  return ordinal;
+}
+
 void CudaBackend::ensure_current_context(const char* what) {
   if (thread_current_device() >= 0) [[likely]] return;
-  const EntryPoints& t = api(what);
+  api(what);  // throws when the driver is unusable
   CUcontext c = nullptr;
-  check(t.cuCtxGetCurrent(&c), "cuCtxGetCurrent");
-  if (c) {
-    CUdevice dev = 0;
-    check(t.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-    int ordinal = ordinal_of(dev);
-    if (ordinal >= 0) {
-      thread_current_device() = ordinal;
-      return;
-    }
-  }
+  device_of_current_context(&c);
+  if (c) return;          // some context is current (ours is now cached if it is ours)
   set_current_device(0);  // as the CUDA runtime does: a fresh thread starts on device 0
 }
 
@@ -98,17 +107,11 @@ void CudaBackend::ensure_context_slow(StreamHandle s, const char* what) {
   }
   const EntryPoints& t = api(what);
   CUcontext c = nullptr;
-  check(t.cuCtxGetCurrent(&c), "cuCtxGetCurrent");
-  if (!c) {
-    check(t.cuStreamGetCtx(static_cast<CUstream>(s), &c), "cuStreamGetCtx");
-    check(t.cuCtxSetCurrent(c), "cuCtxSetCurrent");
-  }
-  CUdevice dev = 0;
-  check(t.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  int ordinal = ordinal_of(dev);
-  // Only a primary context of ours counts as "device N is current"; a foreign context stays
-  // current but unknown, so later calls keep checking.
-  if (ordinal >= 0 && context(ordinal, what) == c) thread_current_device() = ordinal;
+  device_of_current_context(&c);
+  if (c) return;
+  check(t.cuStreamGetCtx(static_cast<CUstream>(s), &c), "cuStreamGetCtx");
+  check(t.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+  device_of_current_context(nullptr);
 }
 
 CudaBackend::ContextScope::ContextScope(CudaBackend& b, int device, const char* what) {
@@ -155,17 +158,10 @@ int CudaBackend::current_device() {
   int current = thread_current_device();
   if (current >= 0) [[likely]] return current;
   // Unknown (never set through cudakit on this thread): ask the driver, since another library
-  // may have made a context current.
-  const DriverState& s = driver();
-  if (!s.available) return 0;
-  CUcontext c = nullptr;
-  if (s.api.cuCtxGetCurrent(&c) != CUDA_SUCCESS || !c) return 0;
-  CUdevice dev = 0;
-  if (s.api.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
-  int ordinal = ordinal_of(dev);
-  if (ordinal < 0) return 0;
-  thread_current_device() = ordinal;
-  return ordinal;
+  // may have made a context current. No context current: device 0, as in the CUDA runtime.
+  if (!driver().available) return 0;
+  int ordinal = device_of_current_context(nullptr);
+  return ordinal >= 0 ? ordinal : 0;
 }
 
 DeviceInfo CudaBackend::device_info(int device) {

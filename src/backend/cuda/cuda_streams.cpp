@@ -94,7 +94,7 @@ int CudaBackend::stream_device(StreamHandle s) {
   const EntryPoints& t = api("stream_device");
   if (!s) {  // the legacy stream of the current context
     ensure_current_context("stream_device");
-    return thread_current_device();
+    return current_device();
   }
   if (t.cuStreamGetDevice) {
     CUdevice dev = 0;
@@ -102,10 +102,11 @@ int CudaBackend::stream_device(StreamHandle s) {
     return ordinal_of(dev);
   }
   // Pre-12.8 driver: stream -> context -> device.
+  cu_device(0, "stream_device");  // builds the device slots
   CUcontext ctx = nullptr;
   check(t.cuStreamGetCtx(cu(s), &ctx), "cuStreamGetCtx");
-  for (int i = 0; i < device_count(); ++i) {
-    if (context(i, "stream_device") == ctx) return i;
+  for (int i = 0; i < slot_count_; ++i) {  // primary contexts we hold: no driver call
+    if (slots_[i].ctx.load(std::memory_order_acquire) == ctx) return i;
   }
   // A foreign (non-primary) context: ask the driver with it briefly current.
   CUcontext previous = nullptr;
