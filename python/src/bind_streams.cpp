@@ -178,7 +178,7 @@ Context manager that selects a stream (and its device); None makes it a no-op.)d
              if (c.stream->device() != c.prev_device) set_device(c.stream->device());
              set_stream(*c.stream);
            })
-      .def("__exit__", [](PyStreamContext& c, py::args) {
+      .def("__exit__", [](PyStreamContext& c, py::handle, py::handle, py::handle) {
         if (!c.stream) return;
         set_stream(*c.prev_stream);
         if (c.stream->device() != c.prev_device) set_device(c.prev_device);
