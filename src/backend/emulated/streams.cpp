@@ -10,6 +10,9 @@
 // The two directions are decided under Device::mu so the "already enqueued" snapshots are
 // consistent (no cycles); non-blocking streams never take it.
 //
+// Process exit: workers are detached and never joined; once detail::is_shutting_down() is
+// set they stop running tasks.
+//
 // Task failures: an exception thrown by a task is caught on the worker, the stream keeps
 // running later work (so events and waits still complete), and the first failure becomes a
 // sticky CUDA_ERROR_LAUNCH_FAILED reported by every later sync/query of that stream (and
@@ -67,7 +70,9 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     lk.unlock();
     for (const Dep& dep : op.deps) wait_reached(*dep.stream, dep.seq);
     std::string err;
-    if (op.fn) {
+    // After exit() began, statics the task may touch are being destroyed: skip the work
+    // (ops still complete so nothing waits forever).
+    if (op.fn && !is_shutting_down()) {
       note_busy(d, true);
       try {
         op.fn();
