@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -214,4 +215,16 @@ void change_current_allocator(const PluggableAllocator& allocator);
 // Back to the built-in caching allocator.
 void reset_current_allocator();
 
+}  // namespace cudakit
+
+namespace cudakit {
+// ---- history and snapshots ----
+// torch.cuda.memory._record_memory_history: enabled = nullopt (off), "state" or "all";
+// context = "state" | "alloc" | "all" | "" (none); stacks = "python" | "cpp" | "all".
+void record_memory_history(std::optional<std::string> enabled = std::string("all"),
+                           const std::string& context = "all", const std::string& stacks = "all",
+                           std::size_t max_entries = SIZE_MAX);
+// The allocator state in torch's snapshot format ({"segments", "device_traces",
+// "allocator_settings"}) as JSON; `pool` restricts segments to one MemPool.
+std::string memory_snapshot_json(std::optional<MempoolId> pool = std::nullopt);
 }  // namespace cudakit

@@ -277,6 +277,7 @@ void DeviceAllocator::merge(Block* dst, Block* src) {
   }
   dst->size += src->size;
   if (segment_heads_.erase(src)) segment_heads_.insert(dst);
+  if (src->expandable && src->expandable->first == src) src->expandable->first = dst;
   recycle(src);
 }
 

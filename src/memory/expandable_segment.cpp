@@ -114,6 +114,7 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
     u->expandable = es.get();
     u->segment_id = es->id;
     pool.unmapped.insert(u);
+    es->first = u;
     stat_update(stats_.segment, pool.is_small, 1);
     expandable_.push_back(std::move(es));
     cand = u;

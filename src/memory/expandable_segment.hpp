@@ -13,6 +13,8 @@
 
 namespace cudakit::memory {
 
+struct Block;
+
 struct ExpandableSegment {
   ExpandableSegment(detail::Backend& b, int device, detail::StreamHandle stream,
                     std::size_t reserve_bytes, bool small);
@@ -35,6 +37,7 @@ struct ExpandableSegment {
   std::size_t reserved = 0;
   std::size_t page_ = 0;
   std::uint64_t id = 0;
+  Block* first = nullptr;  // lowest-address block (maintained on merge)
 
  private:
   std::vector<detail::PhysMemHandle> handles_;  // one per page; 0 = unmapped

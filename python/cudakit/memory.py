@@ -1,0 +1,314 @@
+"""Memory management with ``torch.cuda.memory``'s names and signatures.
+
+Device arguments accept an int, ``"cuda:N"``, an object with ``.type``/``.index`` (e.g.
+``torch.device``) or ``None`` (current device). Streams accept a ``cudakit.Stream``, any
+object with ``cuda_stream`` (torch / CuPy streams) or a raw handle int.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import pickle
+from typing import Any
+
+from . import _C
+
+__all__ = [
+    "CUDAPluggableAllocator", "MemPool", "caching_allocator_alloc", "caching_allocator_delete",
+    "caching_allocator_disabled", "caching_allocator_enable", "change_current_allocator",
+    "empty_cache", "get_allocator_backend", "get_per_process_memory_fraction",
+    "graph_pool_handle", "host_memory_stats", "host_memory_stats_as_nested_dict",
+    "ipc_collect", "list_gpu_processes", "max_memory_allocated", "max_memory_cached",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool",
+]
+
+
+def _dev(device: Any) -> Any:
+    # The C++ side parses every accepted device form; keep None as "current device".
+    return device
+
+
+def _stream_handle(stream: Any) -> int | None:
+    if stream is None:
+        return None
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    handle = getattr(stream, "cuda_stream", None)
+    if handle is None:
+        handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
+    if handle is None:
+        raise TypeError(f"expected a stream (cudakit/torch/CuPy Stream or int handle), got {type(stream).__name__}")
+    return int(handle)
+
+
+def _nest(flat: dict[str, int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+# ---- statistics ----
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    """Caching allocator statistics of ``device`` with torch's flat keys, sorted."""
+    return collections.OrderedDict(sorted(_C._mem_stats(_dev(device)).items()))
+
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+    return _nest(_C._mem_stats(_dev(device)))
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    _C._mem_reset_accumulated(_dev(device))
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _C._mem_reset_peak(_dev(device))
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: Any = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def memory_allocated(device: Any = None) -> int:
+    return _C._mem_allocated(_dev(device))
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return _C._mem_max_allocated(_dev(device))
+
+
+def memory_reserved(device: Any = None) -> int:
+    return _C._mem_reserved(_dev(device))
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return _C._mem_max_reserved(_dev(device))
+
+
+def memory_cached(device: Any = None) -> int:
+    """Deprecated alias of :func:`memory_reserved`."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: Any = None) -> int:
+    """Deprecated alias of :func:`max_memory_reserved`."""
+    return max_memory_reserved(device)
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    return _C._mem_summary(_dev(device), abbreviated)
+
+
+def host_memory_stats() -> dict[str, int]:
+    return collections.OrderedDict(sorted(_C._mem_host_stats().items()))
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    return _nest(_C._mem_host_stats())
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    _C._mem_host_reset_accumulated()
+
+
+def reset_peak_host_memory_stats() -> None:
+    _C._mem_host_reset_peak()
+
+
+# ---- controls ----
+
+def empty_cache() -> None:
+    """Release all unoccupied cached memory (device and pinned host caches)."""
+    _C._mem_empty_cache()
+    _C._mem_host_empty_cache()
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    if not isinstance(fraction, (int, float)):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    _C._mem_set_fraction(float(fraction), _dev(device))
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    return _C._mem_get_fraction(_dev(device))
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) device memory in bytes."""
+    return _C._mem_get_info(_dev(device))
+
+
+def list_gpu_processes(device: Any = None) -> str:
+    return _C._mem_list_gpu_processes(_dev(device))
+
+
+def get_allocator_backend() -> str:
+    return _C._mem_backend()
+
+
+def _set_allocator_settings(env: str) -> None:
+    _C._mem_set_settings(env)
+
+
+def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -> int:
+    """Raw device memory (an int address) from the caching allocator."""
+    return _C._mem_alloc(size, _dev(device), _stream_handle(stream))
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    _C._mem_delete(mem_ptr)
+
+
+def caching_allocator_enable(value: bool = True) -> None:
+    _C._mem_caching_enable(bool(value))
+
+
+@contextlib.contextmanager
+def caching_allocator_disabled():
+    """Allocations in this context go straight to the device and are freed straight back."""
+    prev = _C._mem_caching_enabled()
+    _C._mem_caching_enable(False)
+    try:
+        yield
+    finally:
+        _C._mem_caching_enable(prev)
+
+
+def _record_stream(mem_ptr: int, stream: Any, device: Any = None) -> None:
+    _C._mem_record_stream(mem_ptr, _stream_handle(stream) or 0, _dev(device))
+
+
+# ---- IPC ----
+
+def ipc_collect() -> None:
+    _C._mem_ipc_collect()
+
+
+def _ipc_export(mem_ptr: int) -> tuple[bytes, int, int, int]:
+    """(handle, device, offset, size) for another process's :func:`_ipc_import`."""
+    return _C._mem_ipc_export(mem_ptr)
+
+
+def _ipc_import(handle: tuple[bytes, int, int, int]) -> int:
+    return _C._mem_ipc_import(*handle)
+
+
+def _ipc_close(mem_ptr: int) -> None:
+    _C._mem_ipc_close(mem_ptr)
+
+
+# ---- history / snapshots ----
+
+def _record_memory_history(enabled: str | None = "all", context: str | None = "all",
+                           stacks: str = "all", max_entries: int = 2**63 - 1, device: Any = None,
+                           **_ignored: Any) -> None:
+    """Record allocation history (torch.cuda.memory._record_memory_history)."""
+    if enabled is True:
+        enabled = "all"
+    elif enabled is False:
+        enabled = None
+    _C._mem_record_history(enabled, context, stacks, max_entries)
+
+
+def _snapshot(device: Any = None, mempool_id: tuple[int, int] | None = None) -> dict[str, Any]:
+    snap = json.loads(_C._mem_snapshot_json(tuple(mempool_id) if mempool_id is not None else None))
+    for seg in snap["segments"]:
+        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    return snap
+
+
+def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """Segments of every device allocator (torch's format)."""
+    return _snapshot(mempool_id=mempool_id)["segments"]
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickle the snapshot (loadable by PyTorch's memory visualizer); ``.json`` writes JSON."""
+    snap = _snapshot()
+    if filename.endswith(".json"):
+        with open(filename, "w") as f:
+            json.dump(snap, f)
+    else:
+        with open(filename, "wb") as f:
+            pickle.dump(snap, f)
+
+
+# ---- pools ----
+
+def graph_pool_handle() -> tuple[int, int]:
+    """A fresh pool id for graph capture (torch.cuda.graph_pool_handle)."""
+    return _C._mem_graph_pool_handle()
+
+
+class MemPool:
+    """A private pool of the caching allocator (torch.cuda.MemPool)."""
+
+    def __init__(self, allocator: Any = None, use_on_oom: bool = False, no_split: bool = False):
+        if allocator is not None:
+            raise NotImplementedError(
+                "MemPool(allocator=...) is not supported yet: use change_current_allocator "
+                "for a pluggable allocator")
+        self._pool = _C._MemPool(use_on_oom=use_on_oom, no_split=no_split)
+        self.allocator = None
+
+    @property
+    def id(self) -> tuple[int, int]:
+        return self._pool.id
+
+    def use_count(self) -> int:
+        return self._pool.use_count()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return memory_snapshot(mempool_id=self.id)
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device: Any = None):
+    """Route the current thread's allocations on ``device`` to ``pool``."""
+    guard = _C._UseMemPool(pool._pool, device)
+    try:
+        yield
+    finally:
+        guard.close()
+
+
+# ---- pluggable allocators ----
+
+class _CUDAAllocator:
+    def __init__(self, allocator: Any):
+        self._allocator = allocator
+
+    def allocator(self) -> Any:
+        return self._allocator
+
+
+class CUDAPluggableAllocator(_CUDAAllocator):
+    """Device memory from a shared library exporting torch's allocator C ABI."""
+
+    def __init__(self, path_to_so_file: str, alloc_fn_name: str, free_fn_name: str):
+        super().__init__(_C._PluggableAllocator(path_to_so_file, alloc_fn_name, free_fn_name))
+
+
+def change_current_allocator(allocator: _CUDAAllocator) -> None:
+    _C._mem_change_allocator(allocator.allocator())
+
+
+def _reset_current_allocator() -> None:
+    _C._mem_reset_allocator()

@@ -1,0 +1,156 @@
+// Bindings for the memory module (names prefixed _mem_; python/cudakit/memory.py gives them
+// torch.cuda.memory's names and signatures).
+#include <Python.h>
+#include <frameobject.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "backend/backend.hpp"
+#include "cudakit/allocation.hpp"
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+#include "device_arg.hpp"
+#include "memory/history.hpp"
+#include "registry.hpp"
+
+namespace cudakit::python {
+namespace {
+
+int dev(py::handle d) {
+  int i = device_index(d, true);
+  return i < 0 ? detail::backend().current_device() : i;
+}
+
+std::optional<StreamRef> stream_of(std::optional<std::uintptr_t> handle, int device) {
+  if (!handle) return std::nullopt;
+  return StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(*handle), device);
+}
+
+// Python stack capture for _record_memory_history(stacks="python"/"all"): runs on the
+// allocating thread; only when it holds the GIL (allocations from C++ threads have no
+// Python stack).
+void capture_python_stack(std::vector<std::string>& out) {
+  if (!Py_IsInitialized() || !PyGILState_Check()) return;
+  PyFrameObject* f = PyEval_GetFrame();
+  if (f) Py_INCREF(f);
+  int depth = 0;
+  while (f && depth++ < 64) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* name = PyUnicode_AsUTF8(code->co_name);
+    out.push_back(std::string(file ? file : "??") + ":" + std::to_string(PyFrame_GetLineNumber(f)) +
+                  ":" + (name ? name : "??"));
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  if (f) Py_DECREF(f);
+}
+
+struct PyUseMemPool {
+  std::unique_ptr<UseMemPool> guard;
+};
+
+void bind(py::module_& m) {
+  m.def("_mem_stats", [](py::handle d) { return memory_stats(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_allocated", [](py::handle d) { return memory_allocated(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_max_allocated", [](py::handle d) { return max_memory_allocated(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_reserved", [](py::handle d) { return memory_reserved(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_max_reserved", [](py::handle d) { return max_memory_reserved(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_reset_peak", [](py::handle d) { reset_peak_memory_stats(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_reset_accumulated", [](py::handle d) { reset_accumulated_memory_stats(dev(d)); }, py::arg("device") = py::none());
+  m.def("_mem_summary", [](py::handle d, bool abbreviated) { return memory_summary(dev(d), abbreviated); },
+        py::arg("device") = py::none(), py::arg("abbreviated") = false);
+  m.def("_mem_empty_cache", [] {
+    py::gil_scoped_release nogil;
+    empty_cache();
+  });
+  m.def("_mem_set_fraction", [](double f, py::handle d) { set_per_process_memory_fraction(f, dev(d)); },
+        py::arg("fraction"), py::arg("device") = py::none());
+  m.def("_mem_get_fraction", [](py::handle d) { return get_per_process_memory_fraction(dev(d)); },
+        py::arg("device") = py::none());
+  m.def("_mem_backend", &get_allocator_backend);
+  m.def("_mem_set_settings", &set_allocator_settings);
+  m.def("_mem_get_info", [](py::handle d) {
+    auto mi = detail::backend().mem_get_info(dev(d));
+    return py::make_tuple(mi.free, mi.total);
+  }, py::arg("device") = py::none());
+  m.def("_mem_alloc", [](std::int64_t size, py::handle d, std::optional<std::uintptr_t> stream) {
+    if (size < 0)
+      throw ValueError("caching_allocator_alloc: size must be >= 0, got " + std::to_string(size));
+    const int di = dev(d);
+    return reinterpret_cast<std::uintptr_t>(
+        caching_allocator_alloc(static_cast<std::size_t>(size), di, stream_of(stream, di)));
+  }, py::arg("size"), py::arg("device") = py::none(), py::arg("stream") = py::none());
+  m.def("_mem_delete", [](std::uintptr_t p) { caching_allocator_delete(reinterpret_cast<void*>(p)); });
+  m.def("_mem_record_stream", [](std::uintptr_t p, std::uintptr_t stream, py::handle d) {
+    record_stream(reinterpret_cast<void*>(p),
+                  StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(stream), dev(d)));
+  }, py::arg("ptr"), py::arg("stream"), py::arg("device") = py::none());
+  m.def("_mem_caching_enable", &caching_allocator_enable, py::arg("enabled") = true);
+  m.def("_mem_caching_enabled", &caching_allocator_enabled);
+  m.def("_mem_list_gpu_processes", [](py::handle d) { return list_gpu_processes(dev(d)); },
+        py::arg("device") = py::none());
+  m.def("_mem_host_stats", &host_memory_stats);
+  m.def("_mem_host_reset_accumulated", &reset_accumulated_host_memory_stats);
+  m.def("_mem_host_reset_peak", &reset_peak_host_memory_stats);
+  m.def("_mem_host_empty_cache", &host_empty_cache);
+  m.def("_mem_snapshot_json", [](std::optional<MempoolId> pool) { return memory_snapshot_json(pool); },
+        py::arg("pool") = py::none());
+  m.def("_mem_record_history", [](std::optional<std::string> enabled, std::optional<std::string> context,
+                                  std::string stacks, std::size_t max_entries) {
+    memory::set_python_stack_hook(&capture_python_stack);
+    record_memory_history(enabled, context.value_or(""), stacks, max_entries);
+  }, py::arg("enabled"), py::arg("context"), py::arg("stacks"), py::arg("max_entries"));
+  m.def("_mem_ipc_collect", &ipc_collect);
+  m.def("_mem_ipc_export", [](std::uintptr_t p) {
+    IpcMemHandle h = ipc_export(reinterpret_cast<void*>(p));
+    return py::make_tuple(py::bytes(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes),
+                          h.device, h.offset, h.size);
+  });
+  m.def("_mem_ipc_import", [](py::bytes handle, int device, std::size_t offset, std::size_t size) {
+    std::string s = handle;
+    if (s.size() != 64) throw ValueError("ipc handle must be 64 bytes, got " + std::to_string(s.size()));
+    IpcMemHandle h;
+    std::copy(s.begin(), s.end(), h.bytes);
+    h.device = device;
+    h.offset = offset;
+    h.size = size;
+    return reinterpret_cast<std::uintptr_t>(ipc_import(h));
+  });
+  m.def("_mem_ipc_close", [](std::uintptr_t p) { ipc_close(reinterpret_cast<void*>(p)); });
+  m.def("_mem_graph_pool_handle", &graph_pool_handle);
+
+  py::class_<MemPool>(m, "_MemPool")
+      .def(py::init([](bool use_on_oom, bool no_split, py::handle d) {
+             return std::make_unique<MemPool>(use_on_oom, no_split, dev(d));
+           }),
+           py::arg("use_on_oom") = false, py::arg("no_split") = false, py::arg("device") = py::none())
+      .def(py::init([](MempoolId id, py::handle d) { return std::make_unique<MemPool>(id, dev(d)); }),
+           py::arg("id"), py::arg("device") = py::none())
+      .def_property_readonly("id", &MemPool::id)
+      .def_property_readonly("device", &MemPool::device)
+      .def("use_count", &MemPool::use_count)
+      .def("snapshot", [](const MemPool& p) { return memory_snapshot_json(p.id()); });
+  py::class_<PyUseMemPool>(m, "_UseMemPool")
+      .def(py::init([](const MemPool& pool, py::handle d) {
+             auto g = std::make_unique<PyUseMemPool>();
+             g->guard = std::make_unique<UseMemPool>(pool, d.is_none() ? kCurrentDevice : dev(d));
+             return g;
+           }),
+           py::arg("pool"), py::arg("device") = py::none())
+      .def("close", [](PyUseMemPool& g) { g.guard.reset(); });
+  py::class_<PluggableAllocator>(m, "_PluggableAllocator")
+      .def(py::init<const std::string&, const std::string&, const std::string&>(),
+           py::arg("path_to_so"), py::arg("alloc_fn_name"), py::arg("free_fn_name"));
+  m.def("_mem_change_allocator", &change_current_allocator);
+  m.def("_mem_reset_allocator", &reset_current_allocator);
+}
+
+Registrar reg("memory", 30, bind);
+
+}  // namespace
+}  // namespace cudakit::python

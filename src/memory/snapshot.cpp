@@ -1,0 +1,187 @@
+// memory_snapshot(): the allocator state in torch's format (segments with blocks, and the
+// per-device trace ring), serialised as JSON. Frames are symbolised here, lazily, with a
+// cache, so recording stays cheap.
+#include <nlohmann/json.hpp>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "cudakit/memory.hpp"
+#include "memory/device_allocator.hpp"
+#include "memory/expandable_segment.hpp"
+#include "memory/history.hpp"
+#include "memory/snapshot.hpp"
+
+namespace cudakit::memory {
+
+std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only_pool) {
+  std::lock_guard lock(mutex_);
+  std::vector<SegmentInfo> out;
+  auto owner_of = [](const Block* b) {
+    return b->pool->owner ? b->pool->owner->id : MempoolId{0, 0};
+  };
+  auto add_block = [&](SegmentInfo& seg, const Block* b) {
+    SegmentInfoBlock bi;
+    bi.address = b->ptr;
+    bi.size = b->size;
+    bi.requested = b->requested;
+    bi.state = b->allocated ? "active_allocated"
+                            : (b->event_count > 0 ? "active_pending_free" : "inactive");
+    bi.context = b->context;
+    seg.total_size += b->size;
+    if (b->allocated) {
+      seg.allocated_size += b->size;
+      seg.requested_size += b->requested;
+    }
+    if (b->allocated || b->event_count > 0) seg.active_size += b->size;
+    seg.blocks.push_back(std::move(bi));
+  };
+  for (Block* head : segment_heads_) {
+    if (only_pool && owner_of(head) != *only_pool) continue;
+    SegmentInfo seg;
+    seg.device = device_;
+    seg.address = head->ptr;
+    seg.stream = head->stream;
+    seg.is_large = !head->pool->is_small;
+    seg.owner = owner_of(head);
+    for (const Block* b = head; b; b = b->next) add_block(seg, b);
+    out.push_back(std::move(seg));
+  }
+  for (auto& es : expandable_) {
+    // Each run of mapped blocks is reported as one segment (as torch does).
+    SegmentInfo seg;
+    bool open = false;
+    for (const Block* b = es->first; b; b = b->next) {
+      if (!b->mapped) {
+        if (open) out.push_back(std::move(seg));
+        open = false;
+        continue;
+      }
+      if (!open) {
+        seg = SegmentInfo{};
+        seg.device = device_;
+        seg.address = b->ptr;
+        seg.stream = b->stream;
+        seg.is_large = !es->small;
+        seg.is_expandable = true;
+        seg.owner = owner_of(b);
+        open = true;
+      }
+      add_block(seg, b);
+    }
+    if (open) out.push_back(std::move(seg));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SegmentInfo& a, const SegmentInfo& b) { return a.address < b.address; });
+  return out;
+}
+
+namespace {
+using nlohmann::json;
+
+json frames_json(const std::shared_ptr<HistoryContext>& ctx) {
+  json frames = json::array();
+  if (!ctx) return frames;
+  json py = json::array();  // Python frames are outer to the C++ ones: listed after them
+  for (const std::string& f : ctx->py_frames) {
+    // "file:line:name"
+    auto a = f.find(':'), b = f.find(':', a == std::string::npos ? a : a + 1);
+    json fr;
+    if (a != std::string::npos && b != std::string::npos) {
+      fr["filename"] = f.substr(0, a);
+      fr["line"] = std::atoi(f.substr(a + 1, b - a - 1).c_str());
+      fr["name"] = f.substr(b + 1);
+    } else {
+      fr = {{"filename", "??"}, {"line", 0}, {"name", f}};
+    }
+    py.push_back(fr);
+  }
+  static std::mutex cache_mutex;
+  static std::unordered_map<void*, std::pair<std::string, std::string>> cache;
+  for (void* pc : ctx->frames) {
+    std::pair<std::string, std::string> sym;
+    {
+      std::lock_guard lock(cache_mutex);
+      auto it = cache.find(pc);
+      if (it != cache.end()) sym = it->second;
+    }
+    if (sym.first.empty()) {
+      HistoryContext one;
+      one.frames = {pc};
+      std::string s = symbolize(one).front();
+      auto tab = s.find('\t');
+      sym = {s.substr(0, tab), tab == std::string::npos ? "??" : s.substr(tab + 1)};
+      std::lock_guard lock(cache_mutex);
+      cache[pc] = sym;
+    }
+    frames.push_back({{"filename", sym.second}, {"line", 0}, {"name", sym.first}});
+  }
+  for (auto& f : py) frames.push_back(std::move(f));
+  return frames;
+}
+}  // namespace
+
+std::string snapshot_json(std::optional<MempoolId> pool) {
+  json segs = json::array();
+  json traces = json::array();
+  auto allocators = existing_allocators();
+  int max_dev = -1;
+  for (DeviceAllocator* a : allocators) max_dev = std::max(max_dev, a->device());
+  for (int d = 0; d <= max_dev; ++d) traces.push_back(json::array());
+  for (DeviceAllocator* a : allocators) {
+    for (const SegmentInfo& s : a->snapshot(pool)) {
+      json js;
+      js["device"] = s.device;
+      js["address"] = s.address;
+      js["total_size"] = s.total_size;
+      js["allocated_size"] = s.allocated_size;
+      js["active_size"] = s.active_size;
+      js["requested_size"] = s.requested_size;
+      js["stream"] = reinterpret_cast<std::uintptr_t>(s.stream);
+      js["segment_type"] = s.is_large ? "large" : "small";
+      js["segment_pool_id"] = {s.owner.first, s.owner.second};
+      js["is_expandable"] = s.is_expandable;
+      js["frames"] = json::array();
+      json blocks = json::array();
+      for (const SegmentInfoBlock& b : s.blocks) {
+        blocks.push_back({{"address", b.address},
+                          {"size", b.size},
+                          {"requested_size", b.requested},
+                          {"state", b.state},
+                          {"frames", frames_json(b.context)}});
+      }
+      js["blocks"] = std::move(blocks);
+      segs.push_back(std::move(js));
+    }
+    json& tr = traces[a->device()];
+    for (const TraceEntry& e : device_traces(a->device())) {
+      tr.push_back({{"action", e.action},
+                    {"addr", e.addr},
+                    {"size", e.size},
+                    {"stream", reinterpret_cast<std::uintptr_t>(e.stream)},
+                    {"time_us", static_cast<std::int64_t>(e.time_us)},
+                    {"frames", frames_json(e.context)}});
+    }
+  }
+  AllocatorConfig c = config();
+  json settings = {{"expandable_segments", c.expandable_segments},
+                   {"max_split_size", c.max_split_size == SIZE_MAX ? -1 : std::int64_t(c.max_split_size)},
+                   {"garbage_collection_threshold", c.garbage_collection_threshold},
+                   {"backend", c.backend == AllocatorConfig::Backend::native ? "native" : "cudaMallocAsync"}};
+  json out = {{"segments", std::move(segs)}, {"device_traces", std::move(traces)},
+              {"allocator_settings", std::move(settings)}};
+  return out.dump();
+}
+
+}  // namespace cudakit::memory
+
+namespace cudakit {
+void record_memory_history(std::optional<std::string> enabled, const std::string& context,
+                           const std::string& stacks, std::size_t max_entries) {
+  memory::record_memory_history(enabled ? enabled->c_str() : nullptr, context.c_str(),
+                                stacks.c_str(), max_entries);
+}
+std::string memory_snapshot_json(std::optional<MempoolId> pool) {
+  return memory::snapshot_json(pool);
+}
+}  // namespace cudakit
