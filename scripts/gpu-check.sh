@@ -25,7 +25,7 @@ t0=$(date +%s)
 {
   cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DCMAKE_BUILD_TYPE=Release \
         -DCUDAKIT_TEST_BACKEND=cuda &&
-  cmake --build "$BUILD" -j "$(nproc)"
+  cmake --build "$BUILD" -j "$(nproc)" -- -k 0
 } > "$OUT/build.log" 2>&1
 build_rc=$?
 say "| step | result | seconds |"
