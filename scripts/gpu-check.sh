@@ -10,12 +10,13 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build-gpu}
 PY=$(command -v python3)
+export PATH=/usr/local/cuda/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 summary="$OUT/summary.md"
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 
-say "# cudakit GPU check — $(date -u +%F' '%T) UTC, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "# cudakit GPU check — $(date -u +%F' '%T) UTC, commit ${CUDAKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 say ""
 say '```'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
@@ -53,7 +54,7 @@ t=$(date +%s)
   for b in "$BUILD"/bench/bench_*; do
     [ -x "$b" ] || continue
     echo "### $(basename "$b")"
-    CUDAKIT_BACKEND=cuda timeout 300 "$b" --benchmark_min_time=0.2 2>&1
+    CUDAKIT_BACKEND=cuda timeout 300 "$b" 2>&1
   done
   echo "## Python benchmarks (cuda backend, side by side with torch)"
   for s in bench/python/bench_*.py; do

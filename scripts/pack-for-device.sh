@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Copies the committed tree (HEAD) into .device-carry/cudakit for the device tool, so that
+# other engineers' uncommitted work in the checkout never reaches the GPU build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .device-carry/cudakit && mkdir -p .device-carry/cudakit
+git archive HEAD | tar -x -C .device-carry/cudakit
+git rev-parse --short HEAD > .device-carry/cudakit/COMMIT
+echo "packed $(cat .device-carry/cudakit/COMMIT)"
