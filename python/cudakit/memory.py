@@ -25,6 +25,7 @@ __all__ = [
     "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
     "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
     "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool",
+    "plugin_path", "torch_allocator", "use_with_torch", "cupy_allocator", "use_with_cupy",
 ]
 
 
@@ -312,3 +313,54 @@ def change_current_allocator(allocator: _CUDAAllocator) -> None:
 
 def _reset_current_allocator() -> None:
     _C._mem_reset_allocator()
+
+
+# ---- cudakit's allocator inside other frameworks ----
+
+def plugin_path() -> str:
+    """Path of libcudakit_alloc.so: cudakit's caching allocator behind torch's pluggable
+    allocator C ABI (functions ``cudakit_malloc`` / ``cudakit_free``)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "libcudakit_alloc.so")
+    if not os.path.exists(path):
+        raise RuntimeError(f"{path} was not built (CMake target cudakit_alloc)")
+    return path
+
+
+def torch_allocator():
+    """A ``torch.cuda.memory.CUDAPluggableAllocator`` drawing from cudakit's pool. Install it
+    with ``torch.cuda.memory.change_current_allocator(...)`` before torch allocates on the
+    GPU; torch's allocations then show in ``cudakit.memory_stats()`` and snapshots."""
+    import torch
+
+    return torch.cuda.memory.CUDAPluggableAllocator(plugin_path(), "cudakit_malloc", "cudakit_free")
+
+
+def use_with_torch() -> None:
+    """``change_current_allocator(torch_allocator())`` in one call."""
+    import torch
+
+    torch.cuda.memory.change_current_allocator(torch_allocator())
+
+
+def cupy_allocator():
+    """An allocator for ``cupy.cuda.set_allocator``: CuPy's arrays come from cudakit's pool,
+    ordered on CuPy's current stream."""
+    import cupy
+
+    def _malloc(size: int, device_id: int) -> int:
+        return _C._mem_alloc(size, device_id, cupy.cuda.get_current_stream().ptr)
+
+    def _free(ptr: int, device_id: int) -> None:
+        _C._mem_delete(ptr)
+
+    return cupy.cuda.memory.PythonFunctionAllocator(_malloc, _free).malloc
+
+
+def use_with_cupy() -> None:
+    """``cupy.cuda.set_allocator(cupy_allocator())`` in one call."""
+    import cupy
+
+    cupy.cuda.set_allocator(cupy_allocator())

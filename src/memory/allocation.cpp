@@ -26,9 +26,7 @@ void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
 }
 
 bool raw_free(void* ptr, int dev_hint) {
-  if (PluggedAllocator* p = plugged_allocator()) {
-    if (p->free(ptr)) return true;
-  }
+  if (free_in_plugged(ptr)) return true;
   if (dev_hint >= 0) {
     if (device_allocator(dev_hint).free(ptr)) return true;
   }
@@ -91,9 +89,7 @@ void record_stream(void* ptr, StreamRef stream) {
   if (!ptr) return;
   int dev = stream.device() >= 0 ? stream.device() : detail::backend().current_device();
   if (memory::host_allocator().record_event(ptr, stream.handle(), dev)) return;
-  if (memory::PluggedAllocator* p = memory::plugged_allocator()) {
-    if (p->owns(ptr)) return;  // a plugged allocator has no stream semantics to extend
-  }
+  if (memory::owned_by_plugged(ptr)) return;  // a plugged allocator has no stream semantics
   for (memory::DeviceAllocator* a : memory::existing_allocators())
     if (a->record_stream(ptr, stream.handle())) return;
   throw ValueError("record_stream: pointer is not a live allocation of cudakit's caching "

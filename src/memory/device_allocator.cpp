@@ -185,8 +185,11 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   const std::size_t remaining = b->size - size;
   const bool no_split = pool.owner && pool.owner->no_split;
   const bool split = !b->uncached && !no_split &&
-                     (pool.is_small ? remaining >= kMinBlockSize
-                                    : (size < cfg_.max_split_size && remaining > kSmallSize));
+                     (pool.is_small || b->expandable
+                          // Expandable: slivers merge back with their neighbours whatever
+                          // their size, so splitting them off costs no fragmentation.
+                          ? remaining >= kMinBlockSize
+                          : (size < cfg_.max_split_size && remaining > kSmallSize));
   if (split) {
     Block* rest = new_block();
     rest->ptr = b->ptr + size;

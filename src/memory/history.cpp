@@ -25,7 +25,12 @@ struct HistoryState {
   bool record_trace = false;    // device_traces ("all")
   bool cpp_stacks = false, py_stacks = false;
   std::size_t max_entries = SIZE_MAX;
-  std::unordered_map<int, std::deque<TraceEntry>> traces;
+  // Per-device ring buffers (no allocation per entry once full).
+  struct Ring {
+    std::vector<TraceEntry> entries;
+    std::size_t next = 0;  // slot to overwrite when full
+  };
+  std::unordered_map<int, Ring> traces;
 };
 HistoryState& state() {
   static HistoryState* s = new HistoryState();
@@ -42,8 +47,8 @@ std::shared_ptr<HistoryContext> capture(const HistoryState& s) {
   auto ctx = std::make_shared<HistoryContext>();
   ctx->time_us = now_us();
   if (s.cpp_stacks) {
-    void* buf[48];
-    int n = backtrace(buf, 48);
+    void* buf[32];
+    int n = backtrace(buf, 32);
     ctx->frames.assign(buf + (n > 3 ? 3 : 0), buf + n);  // skip the allocator's own frames
   }
   if (s.py_stacks) {
@@ -79,26 +84,33 @@ void record_memory_history(const char* enabled, const char* context, const char*
   s.cpp_stacks = st == "cpp" || st == "all";
   s.py_stacks = st == "python" || st == "all";
   s.max_entries = max_entries ? max_entries : SIZE_MAX;
-  for (auto& [d, q] : s.traces)
-    while (q.size() > s.max_entries) q.pop_front();
+  s.traces.clear();
   g_history_enabled.store(true);
 }
 
 void record_trace(int device, const char* action, std::uintptr_t addr, std::size_t size,
                   detail::StreamHandle stream, std::shared_ptr<HistoryContext>* slot) {
   HistoryState& s = state();
-  std::lock_guard lock(s.mutex);
+  // Settings are read racily on purpose (they only change on enable/disable); the stack is
+  // captured outside the history mutex so threads of different devices do not serialise.
   std::shared_ptr<HistoryContext> ctx;
   if (slot) {
-    if (std::strcmp(action, "alloc") == 0 && s.record_context) *slot = capture(s);
+    if (action[0] == 'a' && s.record_context) *slot = capture(s);  // "alloc"
     ctx = *slot;
-  } else if (std::strcmp(action, "oom") == 0 || std::strncmp(action, "segment", 7) == 0) {
+  } else if (action[0] == 'o' || action[0] == 's') {  // "oom", "segment_*"
     if (s.record_context) ctx = capture(s);
   }
   if (!s.record_trace) return;
-  auto& q = s.traces[device];
-  q.push_back(TraceEntry{action, addr, size, stream, now_us(), ctx});
-  if (q.size() > s.max_entries) q.pop_front();
+  const double t = ctx ? ctx->time_us : now_us();
+  std::lock_guard lock(s.mutex);
+  auto& ring = s.traces[device];
+  TraceEntry e{action, addr, size, stream, t, std::move(ctx)};
+  if (ring.entries.size() < s.max_entries) {
+    ring.entries.push_back(std::move(e));
+  } else {
+    ring.entries[ring.next] = std::move(e);
+    ring.next = (ring.next + 1) % ring.entries.size();
+  }
 }
 
 std::vector<TraceEntry> device_traces(int device) {
@@ -106,7 +118,10 @@ std::vector<TraceEntry> device_traces(int device) {
   std::lock_guard lock(s.mutex);
   auto it = s.traces.find(device);
   if (it == s.traces.end()) return {};
-  return {it->second.begin(), it->second.end()};
+  const auto& r = it->second;
+  std::vector<TraceEntry> out(r.entries.begin() + static_cast<std::ptrdiff_t>(r.next), r.entries.end());
+  out.insert(out.end(), r.entries.begin(), r.entries.begin() + static_cast<std::ptrdiff_t>(r.next));
+  return out;
 }
 
 std::vector<std::string> symbolize(const HistoryContext& ctx) {

@@ -24,7 +24,7 @@ struct HistoryContext {
 };
 
 struct TraceEntry {
-  std::string action;
+  const char* action = "";  // a string literal
   std::uintptr_t addr = 0;
   std::size_t size = 0;
   detail::StreamHandle stream = nullptr;

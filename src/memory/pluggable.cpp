@@ -125,9 +125,37 @@ PluggedAllocator* plugged_allocator() noexcept {
   return g_plugged.load(std::memory_order_acquire);
 }
 
+namespace {
+std::atomic<bool> g_ever_plugged{false};
+}
+
+bool free_in_plugged(void* ptr) {
+  if (!g_ever_plugged.load(std::memory_order_relaxed)) return false;
+  if (PluggedAllocator* cur = plugged_allocator(); cur && cur->free(ptr)) return true;
+  std::vector<std::shared_ptr<PluggedAllocator>> all;
+  {
+    std::lock_guard lock(g_keep_mutex);
+    all = g_keep;
+  }
+  for (auto& a : all)
+    if (a->free(ptr)) return true;
+  return false;
+}
+
+bool owned_by_plugged(const void* ptr) {
+  if (!g_ever_plugged.load(std::memory_order_relaxed)) return false;
+  std::lock_guard lock(g_keep_mutex);
+  for (auto& a : g_keep)
+    if (a->owns(ptr)) return true;
+  return false;
+}
+
 void set_plugged_allocator(std::shared_ptr<PluggedAllocator> a) {
   std::lock_guard lock(g_keep_mutex);
-  if (a) g_keep.push_back(a);
+  if (a) {
+    g_keep.push_back(a);
+    g_ever_plugged.store(true);
+  }
   g_plugged.store(a.get(), std::memory_order_release);
 }
 

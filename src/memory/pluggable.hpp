@@ -56,5 +56,9 @@ class PluggedAllocator {
 // The allocator installed by change_current_allocator, or nullptr (one atomic load).
 PluggedAllocator* plugged_allocator() noexcept;
 void set_plugged_allocator(std::shared_ptr<PluggedAllocator> a);
+// Frees `ptr` in whichever plugged allocator (current or earlier) made it; false if none.
+// One relaxed atomic load when no allocator was ever plugged.
+bool free_in_plugged(void* ptr);
+bool owned_by_plugged(const void* ptr);
 
 }  // namespace cudakit::memory

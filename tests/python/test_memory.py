@@ -171,3 +171,24 @@ def test_pytorch_conf_is_honoured():
     r = subprocess.run([sys.executable, "-c", "import cudakit.memory as m; print(m.get_allocator_backend())"],
                        env=env, capture_output=True, text=True)
     assert r.stdout.strip() == "cudaMallocAsync", r.stderr
+
+
+def test_plugin_library_c_abi():
+    import ctypes
+
+    try:
+        path = mem.plugin_path()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    lib = ctypes.CDLL(path)
+    lib.cudakit_malloc.restype = ctypes.c_void_p
+    lib.cudakit_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    lib.cudakit_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    base = mem.memory_allocated(0)
+    p = lib.cudakit_malloc(10 << 20, 0, None)
+    assert p
+    assert mem.memory_allocated(0) == base + (10 << 20), "plugin allocations show in cudakit stats"
+    assert any(b["address"] == p for s in mem.memory_snapshot() for b in s["blocks"])
+    lib.cudakit_free(p, 10 << 20, 0, None)
+    assert mem.memory_allocated(0) == base
+    assert not lib.cudakit_malloc(1 << 62, 0, None)  # OOM → nullptr across the C ABI
