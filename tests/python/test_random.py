@@ -1,0 +1,102 @@
+"""RNG: the 9 torch.cuda names, determinism, state save/restore, distributions, Generator."""
+import math
+
+import numpy as np
+import pytest
+
+import cudakit
+import cudakit.random as R
+import cudakit.tensor as T
+
+
+@pytest.fixture
+def dev():
+    if not cudakit.is_available():
+        pytest.skip(f"no device on backend {cudakit.backend_name()}")
+    return "cuda:0"
+
+
+def test_seed_functions(dev):
+    R.manual_seed(1234)
+    assert R.initial_seed() == 1234
+    a = T.rand(1000).cpu().numpy()
+    R.manual_seed(1234)
+    assert np.array_equal(T.rand(1000).cpu().numpy(), a)
+    R.seed()
+    s1 = R.initial_seed()
+    R.seed()
+    assert R.initial_seed() != s1
+    R.manual_seed(-1)  # wraps modulo 2**64 like torch
+    assert R.initial_seed() == 2**64 - 1
+    with pytest.raises(ValueError):
+        R.manual_seed(2**64)
+    R.manual_seed_all(5)
+    assert all(bytes(s.numpy()[:8]) == (5).to_bytes(8, "little") for s in R.get_rng_state_all())
+    R.seed_all()
+    states = R.get_rng_state_all()
+    assert len({bytes(s.numpy()[:8]) for s in states}) == 1
+    R.set_rng_state_all(states)
+
+
+def test_state_save_restore(dev):
+    R.manual_seed(7)
+    T.randn(10)
+    state = R.get_rng_state()
+    assert state.dtype == T.uint8 and state.shape == (16,) and not state.is_cuda
+    x = T.randn(100).cpu().numpy()
+    R.set_rng_state(state)
+    assert np.array_equal(T.randn(100).cpu().numpy(), x)
+    R.set_rng_state(bytes(state.numpy()))  # bytes accepted too
+    assert np.array_equal(T.randn(100).cpu().numpy(), x)
+    with pytest.raises(ValueError, match="16"):
+        R.set_rng_state(T.zeros(4, dtype=T.uint8, device="cpu"))
+
+
+def test_explicit_generator(dev):
+    g = R.Generator(dev)
+    g.manual_seed(3)
+    a = T.rand(50, generator=g).cpu().numpy()
+    g.manual_seed(3)
+    t = T.empty(50)
+    t.uniform_(generator=g)
+    assert np.array_equal(t.cpu().numpy(), a)
+    with pytest.raises(ValueError, match="generator"):
+        T.rand(3, device="cpu", generator=g)
+
+
+def _ks(sample, cdf):
+    s = np.sort(sample)
+    n = len(s)
+    f = cdf(s)
+    return max(np.max(np.arange(1, n + 1) / n - f), np.max(f - np.arange(n) / n))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_distributions(dev, dtype):
+    R.manual_seed(99)
+    n = 1_000_000
+    u = T.rand(n, dtype=dtype).to(T.float64).cpu().numpy()
+    assert u.min() >= 0 and u.max() <= 1
+    assert abs(u.mean() - 0.5) < 3e-3 and abs(u.var() - 1 / 12) < 2e-3
+    z = T.empty(n, dtype=dtype)
+    z.normal_(2.0, 3.0)
+    z = z.to(T.float64).cpu().numpy()
+    assert abs(z.mean() - 2.0) < 0.02 and abs(z.std() - 3.0) < 0.03
+    if dtype in ("float32", "float64"):
+        crit = 1.95 / math.sqrt(n)
+        assert _ks(u, lambda x: x) < crit
+        erf = np.vectorize(math.erf)
+        zs = np.sort(z)[:: 10]  # thinned for speed: KS on 1e5 points
+        assert _ks(zs, lambda x: 0.5 * (1 + erf((x - 2.0) / (3.0 * math.sqrt(2))))) < 1.95 / math.sqrt(len(zs))
+
+
+def test_randint(dev):
+    r = T.randint(-5, 5, (100000,)).cpu().numpy()
+    assert r.dtype == np.int64 and r.min() == -5 and r.max() == 4
+    counts = np.bincount(r + 5)
+    assert np.all(np.abs(counts - 10000) < 500)
+    assert T.randint(3, (4,), dtype=T.int8).dtype == T.int8
+    with pytest.raises(ValueError):
+        T.randint(5, 5, (3,))
+    with pytest.raises(ValueError, match="float"):
+        T.rand(3, dtype=T.int32)
