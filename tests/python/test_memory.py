@@ -192,3 +192,24 @@ def test_plugin_library_c_abi():
     lib.cudakit_free(p, 10 << 20, 0, None)
     assert mem.memory_allocated(0) == base
     assert not lib.cudakit_malloc(1 << 62, 0, None)  # OOM → nullptr across the C ABI
+
+
+def test_memory_viz_html(tmp_path):
+    from cudakit import memory_viz
+
+    mem._record_memory_history(max_entries=10000)
+    ptrs = [mem.caching_allocator_alloc(s) for s in (1 << 20, 3 << 20, 512, 40 << 20)]
+    for p in ptrs[:2]:
+        mem.caching_allocator_delete(p)
+    snap_path = tmp_path / "s.pickle"
+    mem._dump_snapshot(str(snap_path))
+    for p in ptrs[2:]:
+        mem.caching_allocator_delete(p)
+    out = tmp_path / "s.html"
+    r = subprocess.run([sys.executable, "-m", "cudakit.memory_viz", str(snap_path), "-o", str(out)],
+                       capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<polygon" in page and "<rect" in page
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "40.0 MiB" in page
