@@ -175,7 +175,7 @@ template <class T, class A> __device__ __forceinline__ A to_acc(T v) {
 
 template <class A>
 __device__ A block_reduce(A v) {
-  __shared__ unsigned char smem_raw[256 * sizeof(A)];
+  __shared__ alignas(16) unsigned char smem_raw[256 * sizeof(A)];
   A* smem = reinterpret_cast<A*>(smem_raw);
   smem[threadIdx.x] = v;
   __syncthreads();

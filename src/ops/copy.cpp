@@ -88,6 +88,8 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
     if (non_blocking) keep_alive(s, {staged.storage()});
   }
   if (dd.is_cuda() && sd.is_cuda()) current_stream(sd.index).wait(current_stream(cd.index));
+  // Asynchronous copies from/to host memory: keep both ends alive until the copy ran.
+  if (non_blocking && (dd.is_cpu() || sd.is_cpu())) keep_alive(s, {storage_, src.storage()});
   if (!non_blocking && (dd.is_cpu() || sd.is_cpu())) detail::backend().stream_synchronize(s);
   return *this;
 }
