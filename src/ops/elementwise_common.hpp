@@ -224,6 +224,10 @@ struct OffsetCalc {
   std::int64_t strides[NARGS][8];
 
   CK_HD void get(std::int64_t i, std::int64_t* out) const {
+    if (ndim <= 1) {  // dense after coalescing: no division (64-bit div is slow on GPUs)
+      for (int a = 0; a < NARGS; ++a) out[a] = ndim ? i * strides[a][0] : 0;
+      return;
+    }
     for (int a = 0; a < NARGS; ++a) out[a] = 0;
     for (int d = 0; d < ndim; ++d) {
       std::int64_t idx = i % sizes[d];
