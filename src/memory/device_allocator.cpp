@@ -146,8 +146,67 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t size, std::si
   return b;
 }
 
+Block* DeviceAllocator::malloc_async(std::size_t size, detail::StreamHandle stream) {
+  // backend:cudaMallocAsync — the driver's pool does the caching; we keep the bookkeeping
+  // (stats, snapshots, record_stream) so the rest of cudakit works unchanged.
+  void* p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
+  if (!p) {
+    ++stats_.num_alloc_retries;
+    synchronize_and_free_events();
+    backend_.device_synchronize(device_);
+    p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
+  }
+  if (!p) raise_oom(size, size, stream);
+  ++stats_.num_device_alloc;
+  Block* b = new_block();
+  b->ptr = reinterpret_cast<std::uintptr_t>(p);
+  b->size = size;
+  b->stream = stream;
+  b->pool = size <= kSmallSize ? &small_ : &large_;
+  b->async = true;
+  b->uncached = true;
+  stat_update(stats_.segment, b->pool->is_small, 1);
+  stat_update(stats_.reserved_bytes, b->pool->is_small, static_cast<std::int64_t>(size));
+  return b;
+}
+
+void DeviceAllocator::free_async(Block* b) {
+  // Stream uses: the free is ordered after their work by making the allocation stream wait.
+  for (detail::StreamHandle s : b->stream_uses) {
+    detail::EventHandle e = backend_.event_create(device_, detail::kEventDisableTiming);
+    backend_.event_record(e, s);
+    backend_.stream_wait_event(b->stream, e);
+    backend_.event_destroy(e);
+  }
+  backend_.mem_free_async(reinterpret_cast<void*>(b->ptr), b->stream);
+  ++stats_.num_device_free;
+  const bool small = b->pool->is_small;
+  const auto bytes = static_cast<std::int64_t>(b->size);
+  stat_update(stats_.active, small, -1);
+  stat_update(stats_.active_bytes, small, -bytes);
+  stat_update(stats_.segment, small, -1);
+  stat_update(stats_.reserved_bytes, small, -bytes);
+  if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
+  recycle(b);
+}
+
 Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  if (cfg_.backend == AllocatorConfig::Backend::driver_async) {
+    Block* b = malloc_async(orig_size, stream);
+    b->allocated = true;
+    b->requested = orig_size;
+    active_.emplace(b->ptr, b);
+    const auto bytes = static_cast<std::int64_t>(b->size);
+    stat_update(stats_.allocation, b->pool->is_small, 1);
+    stat_update(stats_.active, b->pool->is_small, 1);
+    stat_update(stats_.allocated_bytes, b->pool->is_small, bytes);
+    stat_update(stats_.active_bytes, b->pool->is_small, bytes);
+    stat_update(stats_.requested_bytes, b->pool->is_small, bytes);
+    allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
+    if (history_enabled()) trace("alloc", b->ptr, orig_size, stream, b);
+    return b;
+  }
   if (!pending_.empty()) process_events();
   const std::size_t size = round_size(orig_size);
   BlockPool& pool = pool_for(size, stream);
@@ -247,6 +306,10 @@ bool DeviceAllocator::free(void* ptr) {
   allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
   if (history_enabled()) trace("free_requested", b->ptr, b->requested, b->stream, b);
 
+  if (b->async) {
+    free_async(b);
+    return true;
+  }
   if (!b->stream_uses.empty()) {
     // Reuse must wait for the other streams' work enqueued so far.
     for (detail::StreamHandle s : b->stream_uses) {
@@ -463,6 +526,19 @@ bool DeviceAllocator::info(const void* ptr, AllocationInfo& out) {
   out.requested = it->second->requested;
   out.stream = StreamRef::from_handle(it->second->stream, device_);
   return true;
+}
+
+std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
+  std::lock_guard lock(mutex_);
+  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == active_.end()) return 0;
+  const Block* b = it->second;
+  if (b->expandable)
+    throw NotSupportedError("IPC export of memory in an expandable segment is not supported: "
+                            "set CUDAKIT_ALLOC_CONF=expandable_segments:False in the exporting "
+                            "process");
+  while (b->prev) b = b->prev;
+  return b->ptr;
 }
 
 bool DeviceAllocator::record_stream(void* ptr, detail::StreamHandle stream) {

@@ -85,6 +85,7 @@ struct Block {
   bool allocated = false;
   bool mapped = true;
   bool uncached = false;  // allocated while caching was disabled: freed straight back
+  bool async = false;     // from the driver's stream-ordered pool (backend:cudaMallocAsync)
   int event_count = 0;    // outstanding record_stream events
   std::uint64_t segment_id = 0;  // id of the segment (head block) for snapshots
   std::vector<detail::StreamHandle> stream_uses;  // keeps capacity across reuse
@@ -140,6 +141,9 @@ class DeviceAllocator {
   bool free(void* ptr);
   bool owns(const void* ptr);
   bool info(const void* ptr, AllocationInfo& out);
+  // Base address of the device allocation (segment) holding live block `ptr`, or 0 if
+  // `ptr` is not live here. Throws NotSupportedError for expandable segments.
+  std::uintptr_t segment_base(const void* ptr);
   // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
   bool record_stream(void* ptr, detail::StreamHandle stream);
 
@@ -167,6 +171,8 @@ class DeviceAllocator {
                              std::shared_ptr<HistoryContext>* ctx);
 
  private:
+  Block* malloc_async(std::size_t size, detail::StreamHandle stream);
+  void free_async(Block* b);
   Block* new_block();
   void recycle(Block* b);
   BlockPool& pool_for(std::size_t size, detail::StreamHandle stream);

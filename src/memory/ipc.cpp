@@ -25,12 +25,12 @@ IpcMemHandle ipc_export(void* ptr) {
     throw ValueError("ipc_export: pointer is not a live allocation of cudakit's caching "
                      "allocator");
   IpcMemHandle h;
-  // The driver exports whole allocations: find the segment base (owning allocation start).
-  auto& be = detail::backend();
-  detail::IpcHandle raw = be.mem_ipc_handle(ptr);
+  // The driver exports whole allocations: export the segment and the offset inside it.
+  const std::uintptr_t base = memory::device_allocator(info->device).segment_base(ptr);
+  detail::IpcHandle raw = detail::backend().mem_ipc_handle(reinterpret_cast<void*>(base));
   std::copy(std::begin(raw.bytes), std::end(raw.bytes), h.bytes);
   h.device = info->device;
-  h.offset = 0;
+  h.offset = reinterpret_cast<std::uintptr_t>(ptr) - base;
   h.size = info->requested;
   return h;
 }

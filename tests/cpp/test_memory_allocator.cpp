@@ -283,3 +283,42 @@ TEST(MemoryAllocator, HostPinnedCacheStats) {
   EXPECT_EQ(m["num_host_alloc"], 1);
   EXPECT_TRUE(m.count("host_alloc_time.avg"));
 }
+
+TEST(MemoryAllocator, DriverAsyncBackendKeepsStats) {
+  DeviceAllocator a = make("backend:cudaMallocAsync");
+  Stream s1(0), s2(0);
+  auto* b = a.malloc(5000, s1.handle());
+  std::memset(reinterpret_cast<void*>(b->ptr), 3, 5000);
+  EXPECT_TRUE(a.record_stream(reinterpret_cast<void*>(b->ptr), s2.handle()));
+  auto st = a.stats();
+  EXPECT_EQ(st.allocated_bytes[0].current, 5000);
+  EXPECT_EQ(st.reserved_bytes[0].current, 5000);
+  EXPECT_EQ(st.num_device_alloc, 1);
+  EXPECT_TRUE(a.free(reinterpret_cast<void*>(b->ptr)));
+  s1.sync();
+  st = a.stats();
+  EXPECT_EQ(st.allocated_bytes[0].current, 0);
+  EXPECT_EQ(st.reserved_bytes[0].current, 0);
+  EXPECT_EQ(st.num_device_free, 1);
+}
+
+TEST(MemoryAllocator, IpcExportImportCollect) {
+  void* a = caching_allocator_alloc(1000);
+  void* b = caching_allocator_alloc(3000);  // same small segment, non-zero offset
+  IpcMemHandle hb = ipc_export(b);
+  EXPECT_EQ(hb.size, 3000u);
+  EXPECT_GT(hb.offset, 0u);
+  void* opened = ipc_import(hb);
+  if (emulated()) {
+    EXPECT_EQ(opened, b) << "emulated IPC maps within the process at the same address";
+  }
+  static_cast<unsigned char*>(b)[10] = 42;
+  EXPECT_EQ(static_cast<unsigned char*>(opened)[10], 42);
+  ipc_close(opened);
+  EXPECT_THROW(ipc_close(opened), ValueError);
+  ipc_collect();
+  int x;
+  EXPECT_THROW(ipc_export(&x), ValueError);
+  caching_allocator_delete(a);
+  caching_allocator_delete(b);
+}
