@@ -191,8 +191,11 @@ CK_HD void box_muller(T u_open, T u, T* n0, T* n1) {
 }
 
 // ---- per-block samplers (one Philox block -> 4 floats or 2 doubles) ----
-CK_HD void uniform4_f32(Philox4 b, float from, float span, float out[4]) {
-  for (int k = 0; k < 4; ++k) out[k] = from + u01_f32(b.v[k]) * span;
+// `bits` random bits per value: 24 for float32; 11 / 8 for float16 / bfloat16 so that
+// u < 1 stays < 1 after rounding to the narrow type (no sample equals `to` for [0, 1)).
+CK_HD void uniform4_f32(Philox4 b, float from, float span, float out[4], int bits = 24) {
+  const float scale = 1.0f / static_cast<float>(1u << bits);
+  for (int k = 0; k < 4; ++k) out[k] = from + static_cast<float>(b.v[k] >> (32 - bits)) * scale * span;
 }
 CK_HD void uniform2_f64(Philox4 b, double from, double span, double out[2]) {
   out[0] = from + u01_f64(b.v[0], b.v[1]) * span;
@@ -270,8 +273,10 @@ CK_HD void sample_block(const SampleArgs& a, std::uint64_t base, std::int64_t bl
     return;
   }
   float v[4];
-  if (a.dist == kUniform) uniform4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), v);
-  else normal4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), v);
+  if (a.dist == kUniform) {
+    int bits = a.dtype == ops::kFloat16 ? 11 : (a.dtype == ops::kBFloat16 ? 8 : 24);
+    uniform4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), v, bits);
+  } else normal4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), v);
   for (int k = 0; k < cnt; ++k) {
     switch (a.dtype) {
       case ops::kFloat16: store_sample(a.out, i0 + k, ops::Half::from_float(v[k])); break;
