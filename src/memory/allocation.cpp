@@ -30,9 +30,7 @@ bool raw_free(void* ptr, int dev_hint) {
   if (dev_hint >= 0) {
     if (device_allocator(dev_hint).free(ptr)) return true;
   }
-  for (DeviceAllocator* a : existing_allocators())
-    if (a->device() != dev_hint && a->free(ptr)) return true;
-  return false;
+  return free_in_any_allocator(ptr, dev_hint);
 }
 }  // namespace memory
 

@@ -57,16 +57,6 @@ void DeviceAllocator::recycle(Block* b) {
   spare_blocks_.push_back(b);
 }
 
-void DeviceAllocator::stat_update(MemoryStat* s, bool small, std::int64_t delta) noexcept {
-  for (int i : {0, small ? 1 : 2}) {
-    MemoryStat& st = s[i];
-    st.current += delta;
-    if (st.current > st.peak) st.peak = st.current;
-    if (delta > 0) st.allocated += delta;
-    else st.freed -= delta;
-  }
-}
-
 std::size_t DeviceAllocator::round_size(std::size_t size) const {
   if (size < kMinBlockSize) return kMinBlockSize;
   unsigned div = cfg_.divisions_for(size);

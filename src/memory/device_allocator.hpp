@@ -52,6 +52,39 @@ struct MempoolIdHash {
   }
 };
 
+// Memory resource for the free-set / hash-map nodes: per-size free lists (16-byte classes up
+// to 256 B), so recycling a node is a pointer push/pop. Not thread-safe: used under the
+// device mutex. Never returns memory (node counts are bounded by the peak block count).
+class NodeResource : public std::pmr::memory_resource {
+ public:
+  ~NodeResource() override = default;
+
+ private:
+  static constexpr std::size_t kClasses = 16;
+  struct FreeNode { FreeNode* next; };
+  FreeNode* free_[kClasses] = {};
+  void* do_allocate(std::size_t bytes, std::size_t align) override {
+    if (bytes > kClasses * 16 || align > 16) return ::operator new(bytes, std::align_val_t(align));
+    const std::size_t c = (bytes + 15) / 16 - (bytes ? 1 : 0);
+    if (FreeNode* n = free_[c]) {
+      free_[c] = n->next;
+      return n;
+    }
+    return ::operator new((c + 1) * 16, std::align_val_t(16));
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t align) override {
+    if (bytes > kClasses * 16 || align > 16) {
+      ::operator delete(p, std::align_val_t(align));
+      return;
+    }
+    const std::size_t c = (bytes + 15) / 16 - (bytes ? 1 : 0);
+    auto* n = static_cast<FreeNode*>(p);
+    n->next = free_[c];
+    free_[c] = n;
+  }
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
+};
+
 struct Block;
 struct PrivatePool;
 struct ExpandableSegment;
@@ -196,7 +229,16 @@ class DeviceAllocator {
   [[noreturn]] void raise_oom(std::size_t size, std::size_t alloc_size,
                               detail::StreamHandle stream);
   bool would_exceed_limit(std::size_t bytes) const;
-  void stat_update(MemoryStat* s, bool small, std::int64_t delta) noexcept;
+  static void stat_one(MemoryStat& st, std::int64_t delta) noexcept {
+    st.current += delta;
+    if (st.current > st.peak) st.peak = st.current;
+    if (delta > 0) st.allocated += delta;
+    else st.freed -= delta;
+  }
+  void stat_update(MemoryStat* s, bool small, std::int64_t delta) noexcept {
+    stat_one(s[0], delta);
+    stat_one(s[small ? 1 : 2], delta);
+  }
   void trace(const char* action, std::uintptr_t addr, std::size_t size,
              detail::StreamHandle stream, Block* b);
 
@@ -204,7 +246,7 @@ class DeviceAllocator {
   detail::Backend& backend_;
   AllocatorConfig cfg_;
   std::mutex mutex_;
-  std::pmr::unsynchronized_pool_resource node_resource_;
+  NodeResource node_resource_;
   BlockPool small_, large_;
   std::pmr::unordered_map<std::uintptr_t, Block*> active_;
   std::vector<Block*> spare_blocks_;
@@ -232,5 +274,7 @@ bool caching_enabled() noexcept;
 void set_caching_enabled(bool on) noexcept;
 // The allocator holding `ptr` as a live allocation, or nullptr (takes each device's lock).
 DeviceAllocator* find_allocator_of(const void* ptr);
+// Frees `ptr` in whichever device allocator holds it; false if none (no heap allocation).
+bool free_in_any_allocator(void* ptr, int skip_device = -1);
 
 }  // namespace cudakit::memory

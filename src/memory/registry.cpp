@@ -50,6 +50,15 @@ DeviceAllocator* find_allocator_of(const void* ptr) {
   return nullptr;
 }
 
+bool free_in_any_allocator(void* ptr, int skip_device) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (d == skip_device) continue;
+    if (DeviceAllocator* a = g_allocators[d].load(std::memory_order_acquire))
+      if (a->free(ptr)) return true;
+  }
+  return false;
+}
+
 bool caching_enabled() noexcept { return g_caching_enabled.load(std::memory_order_relaxed); }
 void set_caching_enabled(bool on) noexcept { g_caching_enabled.store(on, std::memory_order_relaxed); }
 
