@@ -85,8 +85,9 @@ def test_stream_synchronization_between_producer_and_consumer(dev):
     with cudakit.stream(s):
         t = T.zeros(1 << 16, device=dev)
         t.fill_(3)
-    # Consumer on the default stream (1): the producer's stream work must be ordered first.
-    cap = t.__dlpack__(stream=1)
+        # Producer's current stream is s; the consumer uses the legacy default stream (1):
+        # __dlpack__ must make the consumer's stream wait for s.
+        cap = t.__dlpack__(stream=1)
     r = T.from_dlpack(cap)
     assert r.sum().item() == 3 * (1 << 16)
 
