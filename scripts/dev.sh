@@ -30,6 +30,22 @@ build() {
   cmake --build "$BUILD_DIR" -j "$JOBS"
 }
 
+# Sanitizer builds of the concurrency-heavy C++ tests on the emulated backend (TSan), and of
+# the allocator fuzz/OOM tests (ASan+UBSan). Only these targets are built, to keep CI short.
+sanitize() {
+  local kind=$1 dir=$2; shift 2
+  local py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
+  cmake -S . -B "$dir" -G Ninja -DPython3_EXECUTABLE="$py" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCUDAKIT_SANITIZE="$kind" -DCUDAKIT_BUILD_PYTHON=OFF -DCUDAKIT_BUILD_BENCH=OFF >/dev/null
+  local targets=()
+  for t in "$@"; do [ -f "tests/cpp/$t.cpp" ] && targets+=("$t"); done
+  cmake --build "$dir" -j "$JOBS" --target "${targets[@]}"
+  local regex; regex=$(IFS='|'; echo "${targets[*]}")
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=0" \
+  UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
+    ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "cpp\.($regex)\$"
+}
+
 gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 case "$mode" in
@@ -45,6 +61,12 @@ case "$mode" in
     install_deps; build
     echo "== tests on the emulated backend"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+    if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
+      echo "== ThreadSanitizer: streams, emulated backend, allocator threads"
+      sanitize thread "$BUILD_DIR-tsan" test_streams test_emulated_backend test_memory_threads
+      echo "== AddressSanitizer+UBSan: allocator fuzz and OOM"
+      sanitize address,undefined "$BUILD_DIR-asan" test_memory_fuzz test_memory_oom test_memory_allocator
+    fi
     if gpu_present; then
       echo "== tests on the cuda backend"
       cmake -S . -B "$BUILD_DIR" -DCUDAKIT_TEST_BACKEND=cuda >/dev/null
