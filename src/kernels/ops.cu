@@ -191,10 +191,22 @@ __device__ void sum_partial(const void* in, const OffsetCalc<1>& calc, std::int6
   using A = typename Acc<T>::type;
   const T* x = static_cast<const T*>(in);
   A acc = acc_zero<A>();
-  std::int64_t off[1];
-  for (std::int64_t i = gtid(); i < n; i += gstride()) {
-    calc.get(i, off);
-    acc = acc_add(acc, to_acc<T, A>(x[off[0]]));
+  constexpr int V = kVecWidth<T>;
+  if (V > 1 && calc.ndim == 1 && calc.strides[0][0] == 1 && aligned16(x)) {
+    // Dense input: 16-byte loads, then the scalar tail.
+    std::int64_t nv = n / V;
+    for (std::int64_t i = gtid(); i < nv; i += gstride()) {
+      Vec<T, V> v = reinterpret_cast<const Vec<T, V>*>(x)[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc = acc_add(acc, to_acc<T, A>(v.v[k]));
+    }
+    for (std::int64_t i = nv * V + gtid(); i < n; i += gstride()) acc = acc_add(acc, to_acc<T, A>(x[i]));
+  } else {
+    std::int64_t off[1];
+    for (std::int64_t i = gtid(); i < n; i += gstride()) {
+      calc.get(i, off);
+      acc = acc_add(acc, to_acc<T, A>(x[off[0]]));
+    }
   }
   A r = block_reduce(acc);
   if (threadIdx.x == 0) static_cast<A*>(partials)[blockIdx.x] = r;
