@@ -136,8 +136,12 @@ def reset_peak_host_memory_stats() -> None:
 # ---- controls ----
 
 def empty_cache() -> None:
-    """Release all unoccupied cached memory (device and pinned host caches)."""
+    """Release all unoccupied cached device memory (torch.cuda.empty_cache)."""
     _C._mem_empty_cache()
+
+
+def _host_empty_cache() -> None:
+    """Release the pinned host cache (torch._C._host_emptyCache)."""
     _C._mem_host_empty_cache()
 
 

@@ -222,6 +222,25 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
         release_cached();
         b = try_alloc();
       }
+      if (!b && !pool.owner) {
+        // Last resort: cached blocks of pools created with use_on_oom=True.
+        for (auto& [id, p] : pools_) {
+          if (!p->use_on_oom) continue;
+          BlockPool& alt = size <= kSmallSize ? p->small : p->large;
+          if ((b = get_free_block(alt, size, stream))) {
+            if (b->is_split()) {
+              stat_update(stats_.inactive_split, alt.is_small, -1);
+              stat_update(stats_.inactive_split_bytes, alt.is_small,
+                          -static_cast<std::int64_t>(b->size));
+            }
+            break;
+          }
+        }
+        if (b) {
+          ++stats_.num_alloc_retries;
+          return finish_alloc(b, *b->pool, size, orig_size, stream);
+        }
+      }
       if (!b) raise_oom(orig_size, alloc_size, stream);
     }
     if (!caching) b->uncached = true;
@@ -229,6 +248,11 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
     stat_update(stats_.inactive_split, pool.is_small, -1);
     stat_update(stats_.inactive_split_bytes, pool.is_small, -static_cast<std::int64_t>(b->size));
   }
+  return finish_alloc(b, pool, size, orig_size, stream);
+}
+
+Block* DeviceAllocator::finish_alloc(Block* b, BlockPool& pool, std::size_t size,
+                                     std::size_t orig_size, detail::StreamHandle stream) {
 
   // Split off the tail when it is worth keeping.
   const std::size_t remaining = b->size - size;

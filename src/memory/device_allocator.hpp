@@ -204,6 +204,9 @@ class DeviceAllocator {
                              std::shared_ptr<HistoryContext>* ctx);
 
  private:
+  // Splits `b` (taken from `pool`'s free set or a new segment) and accounts it as allocated.
+  Block* finish_alloc(Block* b, BlockPool& pool, std::size_t size, std::size_t orig_size,
+                      detail::StreamHandle stream);
   Block* malloc_async(std::size_t size, detail::StreamHandle stream);
   void free_async(Block* b);
   Block* new_block();

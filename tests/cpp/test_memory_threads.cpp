@@ -10,6 +10,7 @@
 #include "cudakit/allocation.hpp"
 #include "cudakit/memory.hpp"
 #include "cudakit/stream.hpp"
+#include "backend/backend.hpp"
 
 using namespace cudakit;
 
@@ -18,6 +19,8 @@ TEST(MemoryThreads, SixteenThreadStress) {
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   Stream side(0);
+  // Device memory is host-addressable only on the emulated backend.
+  const bool touch = std::string(detail::backend().name()) == "emulated";
   for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(t);
@@ -28,14 +31,14 @@ TEST(MemoryThreads, SixteenThreadStress) {
           Allocation a = allocate_device(n);
           auto tag = static_cast<unsigned char>(t * 16 + i);
           auto* c = static_cast<unsigned char*>(a.get());
-          c[0] = c[n - 1] = tag;
+          if (touch) c[0] = c[n - 1] = tag;
           if (rng() % 16 == 0) record_stream(a.get(), side);
           live.emplace_back(std::move(a), tag);
         } else {
           std::size_t k = rng() % live.size();
           auto& [a, tag] = live[k];
           auto* c = static_cast<unsigned char*>(a.get());
-          if (c[0] != tag || c[a.size() - 1] != tag) failures++;
+          if (touch && (c[0] != tag || c[a.size() - 1] != tag)) failures++;
           live[k] = std::move(live.back());
           live.pop_back();
         }
