@@ -35,7 +35,9 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
   total_memory_ = backend_.mem_get_info(device_).total;
   stats_.max_split_size =
       cfg_.max_split_size == SIZE_MAX ? -1 : static_cast<std::int64_t>(cfg_.max_split_size);
-  set_memory_fraction(cfg_.per_process_memory_fraction);
+  fraction_ = cfg_.per_process_memory_fraction;
+  limit_ = fraction_ >= 1.0 ? SIZE_MAX
+                            : static_cast<std::size_t>(fraction_ * static_cast<double>(total_memory_));
 }
 
 DeviceAllocator::~DeviceAllocator() = default;  // leaked by the registry (no exit-time frees)
@@ -597,6 +599,7 @@ void DeviceAllocator::set_memory_fraction(double f) {
   if (!(f >= 0.0 && f <= 1.0))
     throw ValueError("set_per_process_memory_fraction: fraction " + std::to_string(f) +
                      " is out of range: pass a number in [0, 1]");
+  std::lock_guard lock(mutex_);
   fraction_ = f;
   limit_ = f >= 1.0 ? SIZE_MAX : static_cast<std::size_t>(f * static_cast<double>(total_memory_));
 }

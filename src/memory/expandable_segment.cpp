@@ -3,6 +3,7 @@
 #include "memory/expandable_segment.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "memory/device_allocator.hpp"
 #include "memory/history.hpp"
@@ -10,7 +11,7 @@
 namespace cudakit::memory {
 
 namespace {
-std::uint64_t g_next_es_id = 1u << 20;  // distinct from plain segment ids (under lock)
+std::atomic<std::uint64_t> g_next_es_id{1u << 20};  // distinct from plain segment ids
 }
 
 ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::StreamHandle s,
@@ -104,7 +105,7 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
     want = std::max(want, size);
     auto es = std::make_unique<ExpandableSegment>(backend_, device_, stream, want, pool.is_small);
     if (!es->base) return nullptr;
-    es->id = g_next_es_id++;
+    es->id = g_next_es_id.fetch_add(1, std::memory_order_relaxed);
     Block* u = new_block();
     u->ptr = es->base;
     u->size = es->reserved;

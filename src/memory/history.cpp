@@ -21,9 +21,11 @@ std::atomic<bool> g_history_enabled{false};
 namespace {
 struct HistoryState {
   std::mutex mutex;
-  bool record_context = false;  // per-block contexts ("state"/"all")
-  bool record_trace = false;    // device_traces ("all")
-  bool cpp_stacks = false, py_stacks = false;
+  // Read on the allocation path without the mutex: atomics (relaxed; they change only on
+  // enable/disable).
+  std::atomic<bool> record_context{false};  // per-block contexts
+  std::atomic<bool> record_trace{false};    // device_traces ("all")
+  std::atomic<bool> cpp_stacks{false}, py_stacks{false};
   std::size_t max_entries = SIZE_MAX;
   // Per-device ring buffers (no allocation per entry once full).
   struct Ring {
@@ -66,7 +68,8 @@ void record_memory_history(const char* enabled, const char* context, const char*
   std::lock_guard lock(s.mutex);
   if (!enabled) {
     g_history_enabled.store(false);
-    s.record_context = s.record_trace = false;
+    s.record_context = false;
+    s.record_trace = false;
     return;
   }
   std::string en = enabled, ctx = context ? context : "all", st = stacks ? stacks : "all";
