@@ -40,7 +40,20 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
                             : static_cast<std::size_t>(fraction_ * static_cast<double>(total_memory_));
 }
 
-DeviceAllocator::~DeviceAllocator() = default;  // leaked by the registry (no exit-time frees)
+// The registry's allocators are never destroyed (no device calls at exit). Instances made
+// directly (tests, the replay tool) return their cached memory here; live blocks leak.
+DeviceAllocator::~DeviceAllocator() {
+  if (detail::is_shutting_down()) return;
+  try {
+    std::lock_guard lock(mutex_);
+    synchronize_and_free_events();
+    release_cached();
+    for (detail::EventHandle e : spare_events_) backend_.event_destroy(e);
+  } catch (...) {
+  }
+  for (Block* b : spare_blocks_) delete b;
+  spare_blocks_.clear();
+}
 
 Block* DeviceAllocator::new_block() {
   if (!spare_blocks_.empty()) {
