@@ -13,6 +13,7 @@
 #include "cudakit/ops.hpp"
 #include "cudakit/random.hpp"
 #include "cudakit/stream.hpp"
+#include "ops/blas.hpp"
 #include "registry.hpp"
 #include "tensor_common.hpp"
 
@@ -663,6 +664,9 @@ Interoperates through DLPack (__dlpack__, from_dlpack) and __cuda_array_interfac
   m.def("relu", [](const Tensor& a) { return relu(a); });
   m.def("matmul_allow_tf32", &matmul_allow_tf32, "Whether float32 matmul may use TF32 tensor cores (default False).");
   m.def("set_matmul_allow_tf32", &set_matmul_allow_tf32, py::arg("allow"));
+  // cudakit.current_blas_handle() (python/cudakit/_device.py): the calling thread's cuBLAS
+  // handle for the current device as an int; NotImplementedError on the emulated backend.
+  m.def("_current_blas_handle", [] { return reinterpret_cast<std::uintptr_t>(detail::current_blas_handle()); });
 }
 
 }  // namespace
