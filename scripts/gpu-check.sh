@@ -49,18 +49,32 @@ run_suite cuda
 run_suite emulated
 
 t=$(date +%s)
+TRACES=${TRACES_DIR:-traces}
 {
-  echo "## C++ stream/event benchmarks (cuda backend)"
-  for b in "$BUILD"/bench/bench_*; do
+  echo "## C++ benchmarks (cuda backend)"
+  for b in "$BUILD"/bench/bench_* "$BUILD"/bench/torch/alloc_vs_torch; do
     [ -x "$b" ] || continue
     echo "### $(basename "$b")"
     CUDAKIT_BACKEND=cuda timeout 300 "$b" 2>&1
   done
   echo "## Python benchmarks (cuda backend, side by side with torch)"
-  for s in bench/python/bench_*.py; do
+  for s in bench/python/bench_*.py bench/tensor/bench_*.py; do
     echo "### $s"
     CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1
   done
+  if [ "${SKIP_TRACES:-0}" != 1 ]; then
+    echo "## New allocation traces recorded from torch workloads"
+    mkdir -p "$TRACES"
+    for w in varlen_infer mlp_train; do
+      [ -f "$TRACES/$w.trace.gz" ] || timeout 300 "$PY" bench/memory/record_torch_trace.py "$w" "$TRACES/$w.trace.gz" 2>&1
+      cp "$TRACES/$w.trace.gz" "$OUT/" 2>/dev/null
+    done
+    echo "## Trace replay: fragmentation and time, cudakit vs torch (Python entry points)"
+    CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 600 "$PY" bench/memory/replay_py.py "$TRACES"/*.trace.gz 2>&1
+    echo "## Trace replay through the C++ allocator (no Python overhead)"
+    [ -x "$BUILD/bench/memory/memory_replay" ] && CUDAKIT_BACKEND=cuda timeout 300 \
+      "$BUILD/bench/memory/memory_replay" "$TRACES"/*.trace.gz --conf "" --conf "expandable_segments:True" 2>&1
+  fi
 } > "$OUT/bench.log" 2>&1
 say "| benchmarks | see bench.log | $(( $(date +%s) - t )) |"
 say ""

@@ -62,9 +62,16 @@ from ._device import (  # noqa: F401
 
 _C._set_sync_warning_handler(lambda msg: _warnings.warn(msg, UserWarning, stacklevel=3))
 
-# ---- modules owned by other sections (imported if present in this build) ----
-# memory
-# random
-# tensor
+# ---- sections in their own modules (torch.cuda re-exports memory's names too) ----
+from . import memory, memory_viz  # noqa: E402,F401
+from .memory import *  # noqa: E402,F401,F403
+from .memory import use_mem_pool  # noqa: E402,F401
+from . import random  # noqa: E402,F401
+from .random import (  # noqa: E402,F401
+    get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed,
+    seed_all, set_rng_state, set_rng_state_all,
+)
+# Arrays and built-in ops (dtype names such as cudakit.float32 / cudakit.bool, as torch).
+from .tensor import *  # noqa: E402,F401,F403
 
 __version__ = "0.1.0"
