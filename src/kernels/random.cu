@@ -1,14 +1,55 @@
-// Sampling kernel: one thread per Philox block (4 x 32-bit words) in a grid-stride loop.
-// The transforms are in src/random/philox.hpp, shared with the CPU executor; compiled with
-// --fmad=false so both produce bit-identical values.
+// Sampling kernels. The transforms are in src/random/philox.hpp, shared with the CPU
+// executor; compiled with --fmad=false so both produce bit-identical values.
+//
+// ck_uniform_f32 / ck_normal_f32: the float32 fast path (contiguous, 16-byte aligned). One
+// thread turns one Philox block into four floats and writes them with one 16-byte store;
+// the grid is exactly one wave (__launch_bounds__(256, kRngBlocksPerSm) caps registers so
+// that many blocks fit per SM, and the host launches SMs x kRngBlocksPerSm blocks), so no
+// SM idles behind a partial second wave. ck_sample: every other dtype/distribution.
 #include <cstdint>
 
 #include "random/philox.hpp"
 
 using namespace cudakit;
 
-extern "C" __global__ void __launch_bounds__(256) ck_sample(rng::SampleArgs a) {
+namespace {
+constexpr int kRngBlocksPerSm = 4;  // keep in sync with src/ops/cuda_kernels.cpp
+
+template <int Dist>
+__device__ __forceinline__ void sample_f32_fast(const rng::SampleArgs& a) {
   const std::uint64_t base = rng::philox_start(a.philox);  // read at kernel time (graphs)
+  rng::PhiloxKeys keys = rng::philox_keys(a.philox.seed);  // 20 registers, loop-invariant
+  // Opaque to the optimizer, so it keeps them in registers instead of recomputing
+  // seed + r * W inside the loop (two integer adds per round).
+#pragma unroll
+  for (int r = 0; r < 10; ++r) asm volatile("" : "+r"(keys.k0[r]), "+r"(keys.k1[r]));
+  const float p0 = static_cast<float>(a.a), p1 = static_cast<float>(a.b);
+  const std::int64_t full = a.n / 4;  // whole Philox blocks
+  float4* out = reinterpret_cast<float4*>(a.out);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t blk = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; blk < full; blk += stride) {
+    rng::Philox4 b = rng::philox4x32_10(base + static_cast<std::uint64_t>(blk), keys);
+    float t[4];
+    if constexpr (Dist == rng::kUniform) rng::uniform4_f32(b, p0, p1, t);
+    else rng::normal4_f32(b, p0, p1, t);
+    out[blk] = make_float4(t[0], t[1], t[2], t[3]);
+  }
+  // The last partial block (n % 4 elements), through the generic writer.
+  if (blk == full && full * 4 < a.n) rng::sample_block(a, base, full);
+}
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, kRngBlocksPerSm) ck_uniform_f32(rng::SampleArgs a) {
+  sample_f32_fast<rng::kUniform>(a);
+}
+extern "C" __global__ void __launch_bounds__(256, kRngBlocksPerSm) ck_normal_f32(rng::SampleArgs a) {
+  sample_f32_fast<rng::kNormal>(a);
+}
+
+// Generic path: one thread per Philox block in a grid-stride loop.
+extern "C" __global__ void __launch_bounds__(256) ck_sample(rng::SampleArgs a) {
+  const std::uint64_t base = rng::philox_start(a.philox);
   const int pb = rng::per_block(a.dtype, a.dist, a.range);
   const std::int64_t blocks = (a.n + pb - 1) / pb;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -16,16 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) ck_sample(rng::SampleArgs a) {
   for (std::int64_t blk = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; blk < blocks;
        blk += stride) {
     const bool full = (blk + 1) * pb <= a.n;
-    if (vec && full && a.dist != rng::kRandint && a.dtype == ops::kFloat32) {
-      // Fast path: one 16-byte store per thread.
-      rng::Philox4 b = rng::philox_block(a.philox.seed, base + static_cast<std::uint64_t>(blk));
-      float4 v;
-      float t[4];
-      if (a.dist == rng::kUniform) rng::uniform4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), t);
-      else rng::normal4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), t);
-      v.x = t[0]; v.y = t[1]; v.z = t[2]; v.w = t[3];
-      reinterpret_cast<float4*>(a.out)[blk] = v;
-    } else if (vec && full && a.dist != rng::kRandint && a.dtype == ops::kFloat64) {
+    if (vec && full && a.dist != rng::kRandint && a.dtype == ops::kFloat64) {
       rng::Philox4 b = rng::philox_block(a.philox.seed, base + static_cast<std::uint64_t>(blk));
       double t[2];
       if (a.dist == rng::kUniform) rng::uniform2_f64(b, a.a, a.b, t);

@@ -1,7 +1,13 @@
 // CUDA executor: launches the built-in kernels (src/kernels/*.cu) on a stream.
+//
+// Function handles are cached per (device, kernel slot) in a fixed table of atomics, so a
+// launch after the first builds no name string, takes no lock and allocates nothing.
+#include <array>
+#include <atomic>
 #include <string>
 
 #include "cudakit/allocation.hpp"
+#include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/executor.hpp"
@@ -10,27 +16,111 @@
 namespace cudakit::ops {
 namespace {
 constexpr unsigned kBlock = 256;
+constexpr int kContigBlocksPerSm = 4;  // = __launch_bounds__ of ck_unaryc_* / ck_castc_* (ops.cu)
+constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 / ck_normal_f32
+
+// Kernel slots: one per (family, dtype[, src dtype]).
+constexpr int kTypes = 12;
+enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCastC, kFamilies };
+constexpr int kSlots = kCastC * kTypes + kTypes * kTypes;
+constexpr int kMaxDevices = 64;
+
+struct HandleTable {
+  std::array<std::atomic<detail::FunctionHandle>, kSlots> f{};
+  std::atomic<int> sms{0};
+};
+HandleTable& table(int device) {
+  static std::array<HandleTable, kMaxDevices> t;
+  if (device < 0 || device >= kMaxDevices) throw ValueError("device index out of range: " + std::to_string(device));
+  return t[static_cast<std::size_t>(device)];
+}
+
+template <class NameFn>
+detail::FunctionHandle kernel(int device, KernelModule m, int slot, NameFn name) {
+  auto& e = table(device).f[static_cast<std::size_t>(slot)];
+  detail::FunctionHandle f = e.load(std::memory_order_acquire);
+  if (!f) {
+    f = get_kernel(device, m, name().c_str());  // slow path: first use on this device
+    e.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+int sm_count(int device) {
+  auto& s = table(device).sms;
+  int n = s.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = std::max(1, get_device_properties(device).multi_processor_count);
+    s.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// One-wave grid for kernels whose __launch_bounds__ guarantees `per_sm` resident blocks.
+detail::Dim3 wave_grid(int device, std::int64_t items, int per_sm) {
+  std::int64_t need = std::max<std::int64_t>(1, (items + kBlock - 1) / kBlock);
+  return detail::Dim3{static_cast<unsigned>(std::min<std::int64_t>(need, std::int64_t{sm_count(device)} * per_sm)), 1, 1};
+}
+
+void go(detail::FunctionHandle f, detail::Dim3 grid, detail::StreamHandle s, void** params) {
+  detail::backend().launch_kernel(f, grid, detail::Dim3{kBlock, 1, 1}, 0, s, params);
+}
 
 template <class Args>
-void launch(int device, detail::StreamHandle s, KernelModule m, const std::string& name,
-            std::int64_t items, Args args) {
-  detail::FunctionHandle f = get_kernel(device, m, name.c_str());
+void launch(int device, detail::StreamHandle s, detail::FunctionHandle f, std::int64_t items, Args args) {
   void* params[] = {&args};
-  detail::backend().launch_kernel(f, grid_for(device, items, kBlock), detail::Dim3{kBlock, 1, 1}, 0, s, params);
+  go(f, grid_for(device, items, kBlock), s, params);
 }
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+bool is_real(int code) { return code != kComplex64 && code != kComplex128; }
 }  // namespace
 
 void cuda_binary(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype) {
-  launch(device, s, KernelModule::ops, std::string("ck_binary_") + dtype_suffix(dtype), a.n, a);
+  auto f = kernel(device, KernelModule::ops, kBinary * kTypes + dtype,
+                  [&] { return std::string("ck_binary_") + dtype_suffix(dtype); });
+  launch(device, s, f, a.n, a);
 }
+
 void cuda_unary(int device, detail::StreamHandle s, const UnaryArgs& a, int dtype) {
-  launch(device, s, KernelModule::ops, std::string("ck_unary_") + dtype_suffix(dtype), a.n, a);
+  if (a.contiguous && is_real(dtype) && aligned16(a.out) && aligned16(a.a)) {
+    auto f = kernel(device, KernelModule::ops, kUnaryC * kTypes + dtype,
+                    [&] { return std::string("ck_unaryc_") + dtype_suffix(dtype); });
+    void* out = a.out;
+    const void* x = a.a;
+    std::int64_t n = a.n;
+    int op = a.op;
+    void* params[] = {&out, &x, &n, &op};
+    go(f, wave_grid(device, n, kContigBlocksPerSm), s, params);
+    return;
+  }
+  auto f = kernel(device, KernelModule::ops, kUnary * kTypes + dtype,
+                  [&] { return std::string("ck_unary_") + dtype_suffix(dtype); });
+  launch(device, s, f, a.n, a);
 }
+
 void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst) {
-  launch(device, s, KernelModule::ops, std::string("ck_cast_") + dtype_suffix(dst), a.n, a);
+  if (a.contiguous && is_real(dst) && is_real(a.src_code) && aligned16(a.out) && aligned16(a.a)) {
+    auto f = kernel(device, KernelModule::ops, kCastC * kTypes + dst * kTypes + a.src_code, [&] {
+      return std::string("ck_castc_") + dtype_suffix(dst) + "_" + dtype_suffix(a.src_code);
+    });
+    void* out = a.out;
+    const void* x = a.a;
+    std::int64_t n = a.n;
+    void* params[] = {&out, &x, &n};
+    go(f, wave_grid(device, n, kContigBlocksPerSm), s, params);
+    return;
+  }
+  auto f = kernel(device, KernelModule::ops, kCast * kTypes + dst,
+                  [&] { return std::string("ck_cast_") + dtype_suffix(dst); });
+  launch(device, s, f, a.n, a);
 }
+
 void cuda_fill(int device, detail::StreamHandle s, const FillArgs& a, int esize) {
-  launch(device, s, KernelModule::ops, "ck_fill_" + std::to_string(esize), a.n, a);
+  int idx = esize == 1 ? 0 : esize == 2 ? 1 : esize == 4 ? 2 : esize == 8 ? 3 : 4;
+  auto f = kernel(device, KernelModule::ops, kFill * kTypes + idx,
+                  [&] { return "ck_fill_" + std::to_string(esize); });
+  launch(device, s, f, a.n, a);
 }
 
 void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCalc<1>& calc,
@@ -39,18 +129,19 @@ void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCa
   // at most 16 bytes); pass 2: one block reduces the partials and converts to out's dtype.
   detail::Dim3 grid = grid_for(device, n, kBlock);
   Allocation partials = allocate_device(static_cast<std::size_t>(grid.x) * 16, device, StreamRef::from_handle(s, device));
-  std::string sfx = dtype_suffix(in_dtype);
   {
-    detail::FunctionHandle f = get_kernel(device, KernelModule::ops, ("ck_sum_partial_" + sfx).c_str());
+    auto f = kernel(device, KernelModule::ops, kSumPartial * kTypes + in_dtype,
+                    [&] { return std::string("ck_sum_partial_") + dtype_suffix(in_dtype); });
     const void* in_p = in;
     OffsetCalc<1> c = calc;
     std::int64_t nn = n;
     void* part = partials.get();
     void* params[] = {&in_p, &c, &nn, &part};
-    detail::backend().launch_kernel(f, grid, detail::Dim3{kBlock, 1, 1}, 0, s, params);
+    go(f, grid, s, params);
   }
   {
-    detail::FunctionHandle f = get_kernel(device, KernelModule::ops, ("ck_sum_final_" + sfx).c_str());
+    auto f = kernel(device, KernelModule::ops, kSumFinal * kTypes + in_dtype,
+                    [&] { return std::string("ck_sum_final_") + dtype_suffix(in_dtype); });
     const void* part = partials.get();
     int count = static_cast<int>(grid.x);
     void* o = out;
@@ -62,8 +153,20 @@ void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCa
 }
 
 void cuda_sample(int device, detail::StreamHandle s, const rng::SampleArgs& a) {
-  std::int64_t blocks = (a.n + rng::per_block(a.dtype, a.dist, a.range) - 1) / rng::per_block(a.dtype, a.dist, a.range);
-  launch(device, s, KernelModule::random, "ck_sample", blocks, a);
+  const int pb = rng::per_block(a.dtype, a.dist, a.range);
+  const std::int64_t blocks = (a.n + pb - 1) / pb;
+  rng::SampleArgs args = a;
+  void* params[] = {&args};
+  if (a.dtype == kFloat32 && a.dist != rng::kRandint && aligned16(a.out)) {
+    // Fast path: one Philox block -> one 16-byte store per thread, one-wave grid.
+    const bool uni = a.dist == rng::kUniform;
+    auto f = kernel(device, KernelModule::random, kRng * kTypes + (uni ? 0 : 1),
+                    [&] { return std::string(uni ? "ck_uniform_f32" : "ck_normal_f32"); });
+    go(f, wave_grid(device, blocks, kRngBlocksPerSm), s, params);
+    return;
+  }
+  auto f = kernel(device, KernelModule::random, kRng * kTypes + 2, [] { return std::string("ck_sample"); });
+  go(f, grid_for(device, blocks, kBlock), s, params);
 }
 
 }  // namespace cudakit::ops

@@ -24,15 +24,29 @@ struct Philox4 {
 };
 
 CK_HD std::uint32_t mulhilo32(std::uint32_t a, std::uint32_t b, std::uint32_t* hi) {
+#if defined(__CUDA_ARCH__)
+  // Keep the round in 32-bit registers (the 64-bit product form compiled to 64-bit
+  // multiplies, masks and XORs): IMAD.HI + IMAD.
+  *hi = __umulhi(a, b);
+  return a * b;
+#endif
   std::uint64_t p = static_cast<std::uint64_t>(a) * b;
   *hi = static_cast<std::uint32_t>(p >> 32);
   return static_cast<std::uint32_t>(p);
 }
 
+#if defined(__CUDA_ARCH__)
+#define CK_UNROLL _Pragma("unroll")
+#else
+#define CK_UNROLL
+#endif
+
 CK_HD Philox4 philox4x32_10(Philox4 ctr, std::uint32_t k0, std::uint32_t k1) {
   constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
   constexpr std::uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   std::uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3];
+  // Fully unrolled on the GPU: each round is two IMAD.WIDE and two 3-input XORs.
+  CK_UNROLL
   for (int r = 0; r < 10; ++r) {
     if (r > 0) { k0 += W0; k1 += W1; }
     std::uint32_t hi0, hi1;
@@ -41,6 +55,37 @@ CK_HD Philox4 philox4x32_10(Philox4 ctr, std::uint32_t k0, std::uint32_t k1) {
     c0 = hi1 ^ c1 ^ k0;
     c1 = lo1;
     c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
+// The ten round keys of a seed, computed once per thread by the GPU kernels (saves the two
+// key additions per round inside the sampling loop). Same values philox4x32_10 derives.
+struct PhiloxKeys {
+  std::uint32_t k0[10], k1[10];
+};
+CK_HD PhiloxKeys philox_keys(std::uint64_t seed) {
+  PhiloxKeys k;
+  std::uint32_t a = static_cast<std::uint32_t>(seed), b = static_cast<std::uint32_t>(seed >> 32);
+  CK_UNROLL
+  for (int r = 0; r < 10; ++r) {
+    k.k0[r] = a; k.k1[r] = b;
+    a += 0x9E3779B9u; b += 0xBB67AE85u;
+  }
+  return k;
+}
+CK_HD Philox4 philox4x32_10(std::uint64_t index, const PhiloxKeys& k) {
+  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
+  std::uint32_t c0 = static_cast<std::uint32_t>(index), c1 = static_cast<std::uint32_t>(index >> 32), c2 = 0, c3 = 0;
+  CK_UNROLL
+  for (int r = 0; r < 10; ++r) {
+    std::uint32_t hi0, hi1;
+    std::uint32_t lo0 = mulhilo32(M0, c0, &hi0);
+    std::uint32_t lo1 = mulhilo32(M1, c2, &hi1);
+    c0 = hi1 ^ c1 ^ k.k0[r];
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k.k1[r];
     c3 = lo0;
   }
   return Philox4{{c0, c1, c2, c3}};
@@ -190,23 +235,92 @@ CK_HD void box_muller(T u_open, T u, T* n0, T* n1) {
   *n1 = r * s;
 }
 
+// ---- fast float32 Box-Muller (the float32/float16/bfloat16 normal path) ----
+// Built for the GPU's instruction budget (~25 operations per normal, see
+// bench/tensor/NOTES.md): no division, no libm, polynomials evaluated with explicit fused
+// multiply-adds. fma is correctly rounded both in hardware (fma.rn.f32) and in the host's
+// std::fma, so host and device still agree bit for bit; only implicit contraction is
+// forbidden (--fmad=false / -ffp-contract=off). Coefficients: weighted least-squares fits
+// (near-minimax), checked against double references in test_random_philox.
+CK_HD float fma32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// -2 ln(k / 2^24) for an integer k in [1, 2^24]; max relative error ~2e-7.
+CK_HD float minus2_log_u24(std::uint32_t k) {
+  std::uint32_t bits = ops::f32_bits(static_cast<float>(k));  // exact: k <= 2^24
+  // Split k = 2^e * m with m in [sqrt(1/2), sqrt(2)) (offset trick: no compare, no select).
+  std::uint32_t ix = bits - 0x3f3504f3u;
+  int e = static_cast<int>(ix >> 23) - 24;           // bits >= 0x3f800000 so ix >> 23 >= 0
+  float m = ops::bits_f32((ix & 0x007fffffu) + 0x3f3504f3u);
+  float f = m - 1.0f;                                 // exact (Sterbenz)
+  // -2 log1p(f) / f, degree 8 in f on [sqrt(1/2) - 1, sqrt(2) - 1].
+  float p = -0.17442309856414795f;
+  p = fma32(p, f, 0.2873254716396332f);
+  p = fma32(p, f, -0.2990489900112152f);
+  p = fma32(p, f, 0.3312497138977051f);
+  p = fma32(p, f, -0.399136483669281f);
+  p = fma32(p, f, 0.5000413656234741f);
+  p = fma32(p, f, -0.6666837334632874f);
+  p = fma32(p, f, 0.9999997615814209f);
+  p = fma32(p, f, -2.0f);
+  return fma32(static_cast<float>(e), -1.3862943611198906f, f * p);
+}
+
+// sin and cos of 2 pi x / 2^32 from the top 25 bits of x: the top two bits pick the
+// quadrant, the next 23 the angle inside it (exact reduction, no float range reduction).
+CK_HD void sincos_u32(std::uint32_t x, float* s, float* c) {
+  // t in [-0.5, 0.5): angle = q pi/2 + pi/4 + t pi/2.
+  float t = ops::bits_f32(0x3f800000u | ((x << 2) >> 9)) - 1.5f;  // exact
+  float z = t * t;
+  // sqrt(1/2) sin(pi t / 2) = t A(z), sqrt(1/2) cos(pi t / 2) = B(z); |error| < 7e-8.
+  float a = -0.003253863425925374f;
+  a = fma32(a, z, 0.056342292577028275f);
+  a = fma32(a, z, -0.45676514506340027f);
+  a = fma32(a, z, 1.1107207536697388f);
+  float sp = t * a;
+  float b = -0.014430884271860123f;
+  b = fma32(b, z, 0.1793213188648224f);
+  b = fma32(b, z, -0.8723555207252502f);
+  b = fma32(b, z, 0.7071067690849304f);
+  float sa = b + sp;  // sin(pi/4 + t pi/2)
+  float ca = b - sp;  // cos(pi/4 + t pi/2)
+  // Rotate by q quarter turns: swap on odd q, then sign flips (integer ops only).
+  std::uint32_t q = x >> 30;
+  float s0 = (q & 1u) ? ca : sa;
+  float c0 = (q & 1u) ? sa : ca;
+  *s = ops::bits_f32(ops::f32_bits(s0) ^ ((q & 2u) << 30));
+  *c = ops::bits_f32(ops::f32_bits(c0) ^ (((q + 1u) & 2u) << 30));
+}
+
+// Two normals (mean + std * N(0,1)) from two 32-bit words.
+CK_HD void box_muller_fast(std::uint32_t xr, std::uint32_t xa, float mean, float std_, float* n0, float* n1) {
+  float r = std::sqrt(minus2_log_u24((xr >> 8) + 1u)) * std_;
+  float s, c;
+  sincos_u32(xa, &s, &c);
+  *n0 = fma32(r, c, mean);
+  *n1 = fma32(r, s, mean);
+}
+
 // ---- per-block samplers (one Philox block -> 4 floats or 2 doubles) ----
 // `bits` random bits per value: 24 for float32; 11 / 8 for float16 / bfloat16 so that
 // u < 1 stays < 1 after rounding to the narrow type (no sample equals `to` for [0, 1)).
 CK_HD void uniform4_f32(Philox4 b, float from, float span, float out[4], int bits = 24) {
-  const float scale = 1.0f / static_cast<float>(1u << bits);
-  for (int k = 0; k < 4; ++k) out[k] = from + static_cast<float>(b.v[k] >> (32 - bits)) * scale * span;
+  // scale is a power of two, so v * scale * span == v * (scale * span) exactly: one multiply.
+  const float s = (1.0f / static_cast<float>(1u << bits)) * span;
+  for (int k = 0; k < 4; ++k) out[k] = from + static_cast<float>(b.v[k] >> (32 - bits)) * s;
 }
 CK_HD void uniform2_f64(Philox4 b, double from, double span, double out[2]) {
   out[0] = from + u01_f64(b.v[0], b.v[1]) * span;
   out[1] = from + u01_f64(b.v[2], b.v[3]) * span;
 }
 CK_HD void normal4_f32(Philox4 b, float mean, float std, float out[4]) {
-  float n0, n1, n2, n3;
-  box_muller(u01_open_f32(b.v[0]), u01_f32(b.v[1]), &n0, &n1);
-  box_muller(u01_open_f32(b.v[2]), u01_f32(b.v[3]), &n2, &n3);
-  out[0] = mean + n0 * std; out[1] = mean + n1 * std;
-  out[2] = mean + n2 * std; out[3] = mean + n3 * std;
+  box_muller_fast(b.v[0], b.v[1], mean, std, &out[0], &out[1]);
+  box_muller_fast(b.v[2], b.v[3], mean, std, &out[2], &out[3]);
 }
 CK_HD void normal2_f64(Philox4 b, double mean, double std, double out[2]) {
   double n0, n1;

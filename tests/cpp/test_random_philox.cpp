@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -59,6 +60,27 @@ TEST(Philox, PortableMathAccuracy) {
   }
 }
 
+// The float32 normal path's polynomials (-2 ln u on 24-bit integers, sincos of 32-bit
+// turns) against double references, over every exponent and a dense sweep.
+TEST(Philox, FastBoxMullerAccuracy) {
+  for (std::uint32_t k : {1u, 2u, 3u, 1000u, 11863283u, 11863284u, 8388608u, 16777215u, 16777216u}) {
+    double ref = -2.0 * std::log(k / 16777216.0);
+    EXPECT_NEAR(rng::minus2_log_u24(k), ref, 4e-7 * ref + 1e-30) << k;
+  }
+  EXPECT_EQ(rng::minus2_log_u24(16777216u), 0.0f);
+  for (std::uint32_t k = 1; k <= (1u << 24); k += 4099) {
+    double ref = -2.0 * std::log(k / 16777216.0);
+    ASSERT_NEAR(rng::minus2_log_u24(k), ref, 4e-7 * ref + 1e-30) << k;
+  }
+  for (std::uint64_t x = 0; x < (1ull << 32); x += 65537) {
+    float s, c;
+    rng::sincos_u32(static_cast<std::uint32_t>(x), &s, &c);
+    double ang = 2 * M_PI * (static_cast<std::uint32_t>(x) >> 7) / 33554432.0;  // top 25 bits
+    ASSERT_NEAR(s, std::sin(ang), 2e-7) << x;
+    ASSERT_NEAR(c, std::cos(ang), 2e-7) << x;
+  }
+}
+
 TEST(RandomSeeding, TorchSemantics) {
   if (!have_device()) GTEST_SKIP() << "no device";
   EXPECT_EQ(initial_seed(), kDefaultRngSeed);  // lazy default before any seeding
@@ -100,6 +122,22 @@ TEST(RandomSampling, HostAndDeviceBitIdenticalForSameState) {
     Tensor d = randn({1001}, TensorOptions{t, Device::cuda(0)}, &dg);
     EXPECT_EQ(to_vec(h), to_vec(d)) << dtype_name(t);
     EXPECT_EQ(hg.offset(), dg.offset());
+  }
+  // The float32 fast kernels (ck_uniform_f32 / ck_normal_f32) plus their n % 4 tail, at a
+  // size that spans several grid-stride iterations, and a nonzero starting offset.
+  for (int dist = 0; dist < 2; ++dist) {
+    Generator hg(Device::cpu(), 1234);
+    Generator& dg = default_generator(0);
+    dg.manual_seed(1234);
+    hg.set_offset(40);
+    dg.set_offset(40);
+    const std::int64_t n = 3 * 1000 * 1000 + 3;
+    Tensor h = empty({n}, TensorOptions{DType::float32});
+    Tensor d = empty({n}, TensorOptions{DType::float32, Device::cuda(0)});
+    if (dist == 0) { h.uniform_(-2.0, 3.0, &hg); d.uniform_(-2.0, 3.0, &dg); }
+    else { h.normal_(1.0, 0.5, &hg); d.normal_(1.0, 0.5, &dg); }
+    Tensor dh = d.to(Device::cpu()).contiguous();
+    EXPECT_EQ(0, std::memcmp(h.data_ptr(), dh.data_ptr(), static_cast<std::size_t>(n) * 4)) << "dist " << dist;
   }
 }
 
