@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "cudakit/device.hpp"
+
 namespace cudakit::detail {
 
 using StreamHandle = void*;     // CUstream on cuda
@@ -42,27 +44,10 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-struct DeviceInfo {
-  std::string name;
-  int major = 0, minor = 0;
-  std::size_t total_memory = 0;
-  int multi_processor_count = 0;
-  int l2_cache_size = 0;
-  int max_threads_per_multi_processor = 0;
-  int max_threads_per_block = 0;
-  int warp_size = 32;
-  int regs_per_multiprocessor = 0;
-  std::size_t shared_memory_per_block = 0;
-  std::size_t shared_memory_per_block_optin = 0;
-  std::size_t shared_memory_per_multiprocessor = 0;
-  int clock_rate_khz = 0;
-  int memory_clock_rate_khz = 0;
-  int memory_bus_width = 0;
-  bool is_integrated = false;
-  bool is_multi_gpu_board = false;
-  int pci_bus_id = 0, pci_device_id = 0, pci_domain_id = 0;
-  unsigned char uuid[16] = {};
-};
+// Backends fill the public property record directly (uuid formatted by uuid_string from
+// the driver's 16 bytes); the devices module adds the backend name.
+using DeviceInfo = DeviceProperties;
+std::string uuid_string(const unsigned char (&bytes)[16]);
 
 struct MemInfo {
   std::size_t free = 0, total = 0;

@@ -36,7 +36,12 @@ PropertiesCache& properties_cache() {
   return *cache;
 }
 
-std::string format_uuid(const unsigned char (&u)[16]) {
+
+}  // namespace
+
+namespace detail {
+
+std::string uuid_string(const unsigned char (&u)[16]) {
   char buf[40];
   std::snprintf(buf, sizeof buf,
                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
@@ -44,10 +49,6 @@ std::string format_uuid(const unsigned char (&u)[16]) {
                 u[14], u[15]);
   return buf;
 }
-
-}  // namespace
-
-namespace detail {
 
 int cached_device_count() noexcept {
   int n = g_device_count.load(std::memory_order_relaxed);
@@ -151,30 +152,7 @@ const DeviceProperties& get_device_properties(int device) {
   auto& cache = properties_cache();
   std::call_once(cache.once[device], [&] {
     auto& be = detail::backend();
-    detail::DeviceInfo info = be.device_info(device);
-    auto p = std::make_unique<DeviceProperties>();
-    p->name = info.name;
-    p->major = info.major;
-    p->minor = info.minor;
-    p->total_memory = info.total_memory;
-    p->multi_processor_count = info.multi_processor_count;
-    p->L2_cache_size = info.l2_cache_size;
-    p->max_threads_per_multi_processor = info.max_threads_per_multi_processor;
-    p->max_threads_per_block = info.max_threads_per_block;
-    p->warp_size = info.warp_size;
-    p->regs_per_multiprocessor = info.regs_per_multiprocessor;
-    p->shared_memory_per_block = info.shared_memory_per_block;
-    p->shared_memory_per_block_optin = info.shared_memory_per_block_optin;
-    p->shared_memory_per_multiprocessor = info.shared_memory_per_multiprocessor;
-    p->clock_rate = info.clock_rate_khz;
-    p->memory_clock_rate = info.memory_clock_rate_khz;
-    p->memory_bus_width = info.memory_bus_width;
-    p->is_integrated = info.is_integrated;
-    p->is_multi_gpu_board = info.is_multi_gpu_board;
-    p->pci_bus_id = info.pci_bus_id;
-    p->pci_device_id = info.pci_device_id;
-    p->pci_domain_id = info.pci_domain_id;
-    p->uuid = format_uuid(info.uuid);
+    auto p = std::make_unique<DeviceProperties>(be.device_info(device));
     p->backend = be.name();
     cache.props[device] = std::move(p);
   });

@@ -116,9 +116,10 @@ TEST(EmulatedBackend, IdentityAndDevices) {
   EXPECT_EQ(i0.major, 9);
   EXPECT_EQ(i0.warp_size, 32);
   EXPECT_GT(i0.multi_processor_count, 0);
-  EXPECT_NE(std::memcmp(i0.uuid, i1.uuid, 16), 0);
+  EXPECT_NE(i0.uuid, i1.uuid);
+  EXPECT_EQ(i0.uuid.size(), 36u);
   auto again = B().device_info(0);
-  EXPECT_EQ(std::memcmp(i0.uuid, again.uuid, 16), 0);
+  EXPECT_EQ(i0.uuid, again.uuid);
   EXPECT_EQ(code_of([] { B().device_info(2); }), ck::errc::invalid_device);
   EXPECT_EQ(code_of([] { B().set_current_device(5); }), ck::errc::invalid_device);
   std::thread([] {

@@ -184,8 +184,10 @@ DeviceInfo CudaBackend::device_info(int device) {
     check(t.cuDeviceTotalMem(&info.total_memory, d.dev), "cuDeviceTotalMem");
     CUuuid uuid{};
     check(t.cuDeviceGetUuid(&uuid, d.dev), "cuDeviceGetUuid");
-    static_assert(sizeof(uuid.bytes) == sizeof(info.uuid));
-    std::memcpy(info.uuid, uuid.bytes, sizeof(info.uuid));
+    unsigned char raw[16];
+    static_assert(sizeof(uuid.bytes) == sizeof(raw));
+    std::memcpy(raw, uuid.bytes, sizeof(raw));
+    info.uuid = uuid_string(raw);
     auto attr = [&](CUdevice_attribute a) {
       int v = 0;
       check(t.cuDeviceGetAttribute(&v, a, d.dev), "cuDeviceGetAttribute");
@@ -194,7 +196,7 @@ DeviceInfo CudaBackend::device_info(int device) {
     info.major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     info.minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     info.multi_processor_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-    info.l2_cache_size = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    info.L2_cache_size = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
     info.max_threads_per_multi_processor = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
     info.max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
     info.warp_size = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
@@ -205,8 +207,8 @@ DeviceInfo CudaBackend::device_info(int device) {
         static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
     info.shared_memory_per_multiprocessor =
         static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
-    info.clock_rate_khz = attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
-    info.memory_clock_rate_khz = attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+    info.clock_rate = attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+    info.memory_clock_rate = attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
     info.memory_bus_width = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
     info.is_integrated = attr(CU_DEVICE_ATTRIBUTE_INTEGRATED) != 0;
     info.is_multi_gpu_board = attr(CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD) != 0;

@@ -57,7 +57,7 @@ DeviceInfo EmulatedBackend::device_info(int device) {
   info.minor = config_.minor;
   info.total_memory = d.limit;
   info.multi_processor_count = 132;
-  info.l2_cache_size = 50 * 1024 * 1024;
+  info.L2_cache_size = 50 * 1024 * 1024;
   info.max_threads_per_multi_processor = 2048;
   info.max_threads_per_block = 1024;
   info.warp_size = 32;
@@ -65,21 +65,23 @@ DeviceInfo EmulatedBackend::device_info(int device) {
   info.shared_memory_per_block = 48 * 1024;
   info.shared_memory_per_block_optin = 227 * 1024;
   info.shared_memory_per_multiprocessor = 228 * 1024;
-  info.clock_rate_khz = 1980000;
-  info.memory_clock_rate_khz = 2619000;
+  info.clock_rate = 1980000;
+  info.memory_clock_rate = 2619000;
   info.memory_bus_width = 5120;
   info.pci_domain_id = 0;
   info.pci_bus_id = 0x10 + device;
   info.pci_device_id = 0;
   // Deterministic per index, marked as a version-4-style UUID so tools print it normally.
   std::uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(device + 1);
+  unsigned char raw[16];
   for (int i = 0; i < 16; ++i) {
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
-    info.uuid[i] = static_cast<unsigned char>(x >> 56);
+    raw[i] = static_cast<unsigned char>(x >> 56);
   }
-  info.uuid[6] = static_cast<unsigned char>((info.uuid[6] & 0x0F) | 0x40);
-  info.uuid[8] = static_cast<unsigned char>((info.uuid[8] & 0x3F) | 0x80);
+  raw[6] = static_cast<unsigned char>((raw[6] & 0x0F) | 0x40);
+  raw[8] = static_cast<unsigned char>((raw[8] & 0x3F) | 0x80);
+  info.uuid = uuid_string(raw);
   return info;
 }
 
