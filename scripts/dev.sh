@@ -64,8 +64,8 @@ case "$mode" in
     if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
       echo "== ThreadSanitizer: streams, emulated backend, allocator threads"
       sanitize thread "$BUILD_DIR-tsan" test_streams test_emulated_backend test_memory_threads
-      echo "== AddressSanitizer+UBSan: allocator fuzz and OOM"
-      sanitize address,undefined "$BUILD_DIR-asan" test_memory_fuzz test_memory_oom test_memory_allocator
+      echo "== AddressSanitizer+UBSan: allocator, OOM, pluggable, streams"
+      sanitize address,undefined "$BUILD_DIR-asan" test_memory_oom test_memory_allocator test_memory_pluggable test_streams
     fi
     if gpu_present; then
       echo "== tests on the cuda backend"
