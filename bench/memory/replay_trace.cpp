@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -116,6 +117,10 @@ int main(int argc, char** argv) {
                   double(s.reserved_bytes[0].peak) / double(std::max<std::int64_t>(1, s.allocated_bytes[0].peak)),
                   static_cast<long long>(s.num_device_alloc), ms,
                   ms * 1e6 / double(t.events.size()));
+      if (std::getenv("REPLAY_POOLS"))
+        std::printf("    small: alloc peak %lld reserved peak %lld | large: alloc peak %lld reserved peak %lld\n",
+                    static_cast<long long>(s.allocated_bytes[1].peak), static_cast<long long>(s.reserved_bytes[1].peak),
+                    static_cast<long long>(s.allocated_bytes[2].peak), static_cast<long long>(s.reserved_bytes[2].peak));
       for (auto& [id, p] : live) a.free(p);
       a.empty_cache();
     }

@@ -140,6 +140,7 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t size, std::si
   segment_heads_.insert(b);
   stat_update(stats_.segment, pool.is_small, 1);
   stat_update(stats_.reserved_bytes, pool.is_small, static_cast<std::int64_t>(alloc_size));
+  reserved_hwm_ = std::max(reserved_hwm_, static_cast<std::size_t>(stats_.reserved_bytes[0].current));
   if (alloc_size >= cfg_.max_split_size) {
     stats_.oversize_segments.current++;
     stats_.oversize_segments.allocated++;

@@ -219,7 +219,8 @@ class DeviceAllocator {
                        detail::StreamHandle stream);
   Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream);
   bool map_block(Block* b, std::size_t size);
-  void unmap_free_pages(Block* b);
+  std::size_t unmap_free_pages(Block* b);  // returns bytes unmapped
+  std::size_t compact_expandable(std::size_t want);
   void free_block(Block* b);
   void merge(Block* dst, Block* src);
   bool release_available(BlockPool& pool, std::size_t size);
@@ -265,6 +266,7 @@ class DeviceAllocator {
   std::size_t limit_ = SIZE_MAX;  // reserved-bytes cap from the memory fraction
   double fraction_ = 1.0;
   std::uint64_t next_segment_id_ = 1;
+  std::size_t reserved_hwm_ = 0;  // highest reserved bytes so far (expandable compaction)
 };
 
 // ---- process-wide registry ----

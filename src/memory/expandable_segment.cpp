@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "memory/device_allocator.hpp"
 #include "memory/history.hpp"
@@ -12,6 +13,20 @@ namespace cudakit::memory {
 
 namespace {
 std::atomic<std::uint64_t> g_next_es_id{1u << 20};  // distinct from plain segment ids
+std::size_t compact_slack_div() {
+  static std::size_t n = [] {
+    const char* e = std::getenv("CUDAKIT_ES_SLACK_DIV");
+    return e ? std::max<std::size_t>(1, std::strtoull(e, nullptr, 10)) : 64;
+  }();
+  return n;
+}
+std::size_t max_chunk_pages() {
+  static std::size_t n = [] {
+    const char* e = std::getenv("CUDAKIT_ES_CHUNK_PAGES");
+    return e ? std::max<std::size_t>(1, std::strtoull(e, nullptr, 10)) : ExpandableSegment::kDefaultChunkPages;
+  }();
+  return n;
+}
 }
 
 ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::StreamHandle s,
@@ -21,7 +36,8 @@ ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::Stream
   if (page_ < kSmallBuffer) page_ = (kSmallBuffer / std::max<std::size_t>(page_, 1)) * page_;
   reserved = (reserve_bytes + page_ - 1) / page_ * page_;
   base = backend.vm_reserve(device, reserved);
-  handles_.assign(reserved / page_, 0);
+  head_.assign(reserved / page_, kUnmapped);
+  chunk_.assign(reserved / page_, Chunk{});
 }
 
 ExpandableSegment::~ExpandableSegment() {
@@ -33,70 +49,136 @@ ExpandableSegment::~ExpandableSegment() {
 bool ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes) {
   const std::size_t first = (addr - base) / page_;
   const std::size_t last = (addr - base + bytes + page_ - 1) / page_;
-  std::vector<std::size_t> done;
-  for (std::size_t i = first; i < last; ++i) {
-    if (handles_[i]) continue;
-    detail::PhysMemHandle h = backend.vm_create(device, page_);
-    if (!h) {
-      for (std::size_t j : done) {
-        backend.vm_unmap(base + j * page_, page_);
-        backend.vm_destroy(handles_[j]);
-        handles_[j] = 0;
-        --mapped_pages_;
+  std::vector<std::size_t> done;  // chunk heads mapped by this call (rolled back on failure)
+  for (std::size_t i = first; i < last;) {
+    if (head_[i] != kUnmapped) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < last && head_[j] == kUnmapped && j - i < max_chunk_pages()) ++j;
+    const std::size_t n = j - i;
+    detail::PhysMemHandle h = backend.vm_create(device, n * page_);
+    if (h) {
+      try {
+        backend.vm_map(base + i * page_, n * page_, h, device);
+      } catch (...) {
+        backend.vm_destroy(h);
+        h = 0;
       }
+    }
+    if (!h) {
+      for (std::size_t k : done) unmap(base + k * page_, chunk_[k].pages * page_);
       return false;
     }
-    backend.vm_map(base + i * page_, page_, h, device);
-    handles_[i] = h;
-    ++mapped_pages_;
+    for (std::size_t k = i; k < j; ++k) head_[k] = static_cast<std::uint32_t>(i);
+    chunk_[i] = Chunk{h, static_cast<std::uint32_t>(n)};
+    mapped_pages_ += n;
+    ++chunks_created_;
     done.push_back(i);
+    i = j;
   }
   return true;
 }
 
+std::pair<std::uintptr_t, std::uintptr_t> ExpandableSegment::unmappable(std::uintptr_t addr,
+                                                                        std::size_t bytes) const {
+  std::size_t first = (addr - base + page_ - 1) / page_;
+  std::size_t last = (addr - base + bytes) / page_;
+  // Move inwards to chunk boundaries: a chunk straddling either end stays mapped.
+  while (first < last && head_[first] != kUnmapped && head_[first] != first) ++first;
+  while (last > first && head_[last - 1] != kUnmapped &&
+         head_[last - 1] + chunk_[head_[last - 1]].pages != last)
+    --last;
+  if (last <= first) return {0, 0};
+  return {base + first * page_, base + last * page_};
+}
+
 std::size_t ExpandableSegment::unmap(std::uintptr_t addr, std::size_t bytes) {
-  const std::size_t first = (addr - base + page_ - 1) / page_;
-  const std::size_t last = (addr - base + bytes) / page_;
+  auto [lo, hi] = unmappable(addr, bytes);
   std::size_t n = 0;
-  for (std::size_t i = first; i < last; ++i) {
-    if (!handles_[i]) continue;
-    backend.vm_unmap(base + i * page_, page_);
-    backend.vm_destroy(handles_[i]);
-    handles_[i] = 0;
-    --mapped_pages_;
-    ++n;
+  for (std::size_t i = (lo - base) / page_, last = (hi - base) / page_; lo < hi && i < last;) {
+    if (head_[i] == kUnmapped) {
+      ++i;
+      continue;
+    }
+    const Chunk c = chunk_[i];
+    backend.vm_unmap(base + i * page_, c.pages * page_);
+    backend.vm_destroy(c.handle);
+    for (std::size_t k = i; k < i + c.pages; ++k) head_[k] = kUnmapped;
+    chunk_[i] = Chunk{};
+    ++chunks_destroyed_;
+    mapped_pages_ -= c.pages;
+    n += c.pages;
+    i += c.pages;
   }
   return n * page_;
 }
 
 // ---- DeviceAllocator: expandable paths ----
 
+std::size_t DeviceAllocator::compact_expandable(std::size_t want) {
+  // Unmaps whole free chunks of the default pools' expandable segments, largest free blocks
+  // first, until `want` bytes were returned. Keeps reserved ≈ allocated: physical memory
+  // moves to where it is needed instead of growing the footprint.
+  std::vector<Block*> v;
+  for (BlockPool* pool : {&large_, &small_})
+    for (Block* b : pool->blocks)
+      if (b->expandable && b->size >= b->expandable->page_) v.push_back(b);
+  std::sort(v.begin(), v.end(), [](Block* a, Block* b) { return a->size > b->size; });
+  std::size_t freed = 0;
+  for (Block* b : v) {
+    if (freed >= want) break;
+    auto [lo, hi] = b->expandable->unmappable(b->ptr, b->size);
+    if (hi <= lo) continue;
+    b->pool->blocks.erase(b);
+    freed += unmap_free_pages(b);
+  }
+  return freed;
+}
+
 Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
                                          detail::StreamHandle stream) {
+  if (size > total_memory_) return nullptr;  // can never be mapped (and no huge reservation)
   auto free_here = [](Block* b) { return b && !b->allocated && b->event_count == 0; };
-  auto room = [&](Block* b) {
-    std::size_t bytes = 0;
+  // Bytes that would have to be newly mapped to place `size` bytes starting at block b
+  // (SIZE_MAX when the free run starting at b is too short).
+  auto to_map = [&](Block* b) {
+    std::size_t bytes = 0, need = 0;
     while (bytes < size && free_here(b)) {
+      if (!b->mapped) need += std::min(b->size, size - bytes);
       bytes += b->size;
       b = b->next;
     }
-    return bytes >= size;
+    return bytes >= size ? need : SIZE_MAX;
   };
+  // Keep the footprint at its high-water mark: before growing past it, give back free
+  // chunks elsewhere (the new mapping then replaces them).
+  const auto reserved_now = static_cast<std::size_t>(stats_.reserved_bytes[0].current);
+  // Slack of 1/64 of the live bytes: below it, moving pages gains less than it costs.
+  const auto allocated_now = static_cast<std::size_t>(stats_.allocated_bytes[0].current);
+  if (reserved_now + size > reserved_hwm_ &&
+      reserved_now - allocated_now > (allocated_now + size) / compact_slack_div())
+    compact_expandable(reserved_now + size - reserved_hwm_);
+
+  // Best fit over the whole reserved range: the free run needing the fewest new pages.
   Block* cand = nullptr;
+  std::size_t best = SIZE_MAX;
   Block key;
   key.stream = stream;
   key.ptr = 0;
   for (auto it = pool.unmapped.lower_bound(&key); it != pool.unmapped.end(); ++it) {
     Block* u = *it;
     if (u->stream != stream) break;
-    if (u->prev && u->prev->mapped && free_here(u->prev) && room(u->prev)) {
-      cand = u->prev;
-      break;
+    for (Block* start : {u->prev, u}) {
+      if (!start || !free_here(start) || (start == u->prev && !start->mapped)) continue;
+      const std::size_t need = to_map(start);
+      if (need < best) {
+        best = need;
+        cand = start;
+      }
     }
-    if (room(u)) {
-      cand = u;
-      break;
-    }
+    if (best <= size % kRoundLarge) break;  // cannot do better than the rounding slop
   }
   if (!cand) {
     // A new reservation per (pool, stream): sized to the device so it never needs a second.
@@ -163,8 +245,9 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size) {
   ExpandableSegment& es = *b->expandable;
   const std::size_t bytes = std::min(b->size, (size + es.page_ - 1) / es.page_ * es.page_);
   if (would_exceed_limit(bytes)) return false;
+  const std::size_t chunks_before = es.chunks_created();
   if (!es.map(b->ptr, bytes)) return false;
-  ++stats_.num_device_alloc;
+  stats_.num_device_alloc += static_cast<std::int64_t>(es.chunks_created() - chunks_before);
   if (bytes < b->size) {
     Block* rest = new_block();
     rest->ptr = b->ptr + bytes;
@@ -183,11 +266,12 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size) {
   }
   b->mapped = true;
   stat_update(stats_.reserved_bytes, b->pool->is_small, static_cast<std::int64_t>(bytes));
+  reserved_hwm_ = std::max(reserved_hwm_, static_cast<std::size_t>(stats_.reserved_bytes[0].current));
   if (history_enabled()) trace("segment_map", b->ptr, bytes, b->stream, nullptr);
   return true;
 }
 
-void DeviceAllocator::unmap_free_pages(Block* b) {
+std::size_t DeviceAllocator::unmap_free_pages(Block* b) {
   // b: free, mapped, already erased from pool.blocks.
   BlockPool& pool = *b->pool;
   ExpandableSegment& es = *b->expandable;
@@ -202,11 +286,10 @@ void DeviceAllocator::unmap_free_pages(Block* b) {
       stat_update(stats_.inactive_split_bytes, pool.is_small, static_cast<std::int64_t>(x->size));
     }
   };
-  const std::uintptr_t lo = (b->ptr - es.base + es.page_ - 1) / es.page_ * es.page_ + es.base;
-  const std::uintptr_t hi = (b->ptr + b->size - es.base) / es.page_ * es.page_ + es.base;
+  const auto [lo, hi] = es.unmappable(b->ptr, b->size);
   if (hi <= lo) {
     reinsert(b);
-    return;
+    return 0;
   }
   auto split_at = [&](Block* x, std::uintptr_t at) {  // x keeps [ptr, at); returns the rest
     Block* r = new_block();
@@ -234,8 +317,9 @@ void DeviceAllocator::unmap_free_pages(Block* b) {
     reinsert(tail);
   }
   if (history_enabled()) trace("segment_unmap", mid->ptr, mid->size, mid->stream, nullptr);
+  const std::size_t chunks_before = es.chunks_destroyed();
   const std::size_t n = es.unmap(mid->ptr, mid->size);
-  ++stats_.num_device_free;
+  stats_.num_device_free += static_cast<std::int64_t>(es.chunks_destroyed() - chunks_before);
   stat_update(stats_.reserved_bytes, pool.is_small, -static_cast<std::int64_t>(n));
   mid->mapped = false;
   for (Block* nb : {mid->prev, mid->next}) {
@@ -245,6 +329,7 @@ void DeviceAllocator::unmap_free_pages(Block* b) {
     }
   }
   pool.unmapped.insert(mid);
+  return n;
 }
 
 }  // namespace cudakit::memory
