@@ -1,10 +1,10 @@
 // Allocation history: per-device ring buffers of trace entries. Stacks are captured as raw
-// return addresses (glibc backtrace, ~1 µs) and symbolised only when a snapshot asks.
+// return addresses (frame-pointer walk) and symbolised only when a snapshot asks.
 #include "memory/history.hpp"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <execinfo.h>
+#include <pthread.h>
 
 #include <chrono>
 #include <cstring>
@@ -39,19 +39,67 @@ HistoryState& state() {
   return *s;
 }
 std::atomic<PyStackHook> g_py_hook{nullptr};
+constexpr int kMaxFrames = 32;
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Bounds of the calling thread's stack (cached per thread): frame pointers outside it are
+// not frames, so the walk stops there instead of reading wild memory.
+struct StackBounds {
+  std::uintptr_t lo = 0, hi = 0;
+};
+const StackBounds& stack_bounds() {
+  thread_local StackBounds b = [] {
+    StackBounds r;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      std::size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+        r.lo = reinterpret_cast<std::uintptr_t>(addr);
+        r.hi = r.lo + size;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    return r;
+  }();
+  return b;
+}
+
+// Walks the frame-pointer chain (libcudakit is built with -fno-omit-frame-pointer): each
+// frame is {saved frame pointer, return address}. Stops at the first frame pointer that is
+// outside this thread's stack, misaligned or not increasing — code built without frame
+// pointers ends the walk early instead of producing garbage. ~20 ns for 16 frames, vs
+// ~1-4 µs for glibc backtrace() (which unwinds with DWARF tables).
+__attribute__((noinline)) int walk_frames(void** out, int max) {
+  const StackBounds& sb = stack_bounds();
+  auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  int n = 0;
+  while (n < max) {
+    if (fp < sb.lo || fp + 2 * sizeof(void*) > sb.hi || (fp & (sizeof(void*) - 1))) break;
+    const auto* frame = reinterpret_cast<void* const*>(fp);
+    void* ret = frame[1];
+    if (!ret) break;
+    out[n++] = ret;
+    const auto next = reinterpret_cast<std::uintptr_t>(frame[0]);
+    if (next <= fp) break;
+    fp = next;
+  }
+  return n;
+}
+
 std::shared_ptr<HistoryContext> capture(const HistoryState& s) {
   auto ctx = std::make_shared<HistoryContext>();
   ctx->time_us = now_us();
   if (s.cpp_stacks) {
-    void* buf[32];
-    int n = backtrace(buf, 32);
-    ctx->frames.assign(buf + (n > 3 ? 3 : 0), buf + n);  // skip the allocator's own frames
+    void* buf[kMaxFrames + 3];
+    const int n = walk_frames(buf, kMaxFrames + 3);
+    // Skip the allocator's own frames (capture, record_trace, DeviceAllocator::trace).
+    const int skip = n > 3 ? 3 : 0;
+    ctx->frames.assign(buf + skip, buf + n);
   }
   if (s.py_stacks) {
     if (PyStackHook h = g_py_hook.load()) h(ctx->py_frames);

@@ -1,6 +1,6 @@
 // Allocation history (torch's _record_memory_history): a bounded ring of trace entries per
 // device plus optional per-block allocation contexts (raw return addresses captured with
-// glibc backtrace(), symbolised only when a snapshot is taken).
+// a frame-pointer walk, symbolised only when a snapshot is taken).
 //
 // Thread-safety: record_trace is called with the device allocator's mutex held and takes
 // the history's own mutex; enable/disable and snapshot reads are thread-safe.

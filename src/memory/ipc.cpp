@@ -17,6 +17,7 @@ struct Opened {
 std::mutex g_ipc_mutex;
 std::map<std::string, Opened> g_opened;             // handle bytes -> mapping
 std::map<void*, std::string> g_user_ptr_to_handle;  // returned pointer -> handle key
+std::map<std::string, int> g_exported;              // handles this process exported
 }  // namespace
 
 IpcMemHandle ipc_export(void* ptr) {
@@ -29,6 +30,10 @@ IpcMemHandle ipc_export(void* ptr) {
   const std::uintptr_t base = memory::device_allocator(info->device).segment_base(ptr);
   detail::IpcHandle raw = detail::backend().mem_ipc_handle(reinterpret_cast<void*>(base));
   std::copy(std::begin(raw.bytes), std::end(raw.bytes), h.bytes);
+  {
+    std::lock_guard lock(g_ipc_mutex);
+    g_exported[std::string(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes)] = info->device;
+  }
   h.device = info->device;
   h.offset = reinterpret_cast<std::uintptr_t>(ptr) - base;
   h.size = info->requested;
@@ -38,6 +43,12 @@ IpcMemHandle ipc_export(void* ptr) {
 void* ipc_import(const IpcMemHandle& handle) {
   std::string key(reinterpret_cast<const char*>(handle.bytes), sizeof handle.bytes);
   std::lock_guard lock(g_ipc_mutex);
+  // CUDA refuses to open a handle in the process that exported it (the driver answers
+  // CUDA_ERROR_INVALID_CONTEXT); say so instead. The emulated backend maps it in-process.
+  if (g_exported.count(key) && std::string(detail::backend().name()) != "emulated")
+    throw ValueError("ipc_import: this handle was exported by this process, and CUDA cannot "
+                     "open an IPC handle in the exporting process: use the original pointer "
+                     "here, and import the handle in another process");
   Opened& o = g_opened[key];
   if (!o.base) {
     detail::IpcHandle raw;

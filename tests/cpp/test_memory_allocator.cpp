@@ -2,8 +2,15 @@
 // stream ordering, record_stream, empty_cache, expandable segments, pools, bad input.
 #include <gtest/gtest.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "cudakit/allocation.hpp"
@@ -310,22 +317,93 @@ TEST(MemoryAllocator, DriverAsyncBackendKeepsStats) {
   EXPECT_EQ(st.num_device_free, 1);
 }
 
+namespace {
+// IPC import on a GPU must happen in another process: the test re-runs this binary with
+// --gtest_filter=MemoryAllocator.IpcImportInChild and the handle in the environment.
+constexpr const char* kIpcEnv = "CUDAKIT_TEST_IPC_HANDLE";
+
+std::string to_hex(const IpcMemHandle& h) {
+  std::string out;
+  char buf[3];
+  for (unsigned char c : h.bytes) {
+    std::snprintf(buf, sizeof buf, "%02x", c);
+    out += buf;
+  }
+  return out + ":" + std::to_string(h.device) + ":" + std::to_string(h.offset) + ":" +
+         std::to_string(h.size);
+}
+
+IpcMemHandle from_hex(const std::string& s) {
+  IpcMemHandle h;
+  for (std::size_t i = 0; i < sizeof h.bytes; ++i)
+    h.bytes[i] = static_cast<unsigned char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+  unsigned long long off = 0, size = 0;
+  std::sscanf(s.c_str() + 2 * sizeof h.bytes, ":%d:%llu:%llu", &h.device, &off, &size);
+  h.offset = off;
+  h.size = size;
+  return h;
+}
+
+int run_child_import(const IpcMemHandle& h) {
+  const std::string env = std::string(kIpcEnv) + "=" + to_hex(h);
+  std::vector<std::string> envs{env};
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, kIpcEnv, std::strlen(kIpcEnv)) != 0) envs.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe", filter = "--gtest_filter=MemoryAllocator.IpcImportInChild";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+// Runs only as the child of IpcExportImportCollect: opens the parent's handle and checks
+// the bytes the parent wrote.
+TEST(MemoryAllocator, IpcImportInChild) {
+  const char* env = std::getenv(kIpcEnv);
+  if (!env) GTEST_SKIP() << "runs as a child process of IpcExportImportCollect";
+  IpcMemHandle h = from_hex(env);
+  void* p = ipc_import(h);
+  ASSERT_NE(p, nullptr);
+  unsigned char host[16] = {};
+  Stream s(h.device);
+  detail::backend().memcpy_async(host, p, sizeof host, s.handle());
+  s.sync();
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(host[i], static_cast<unsigned char>(i + 7));
+  ipc_close(p);
+  ipc_collect();
+}
+
 TEST(MemoryAllocator, IpcExportImportCollect) {
+  if (std::getenv(kIpcEnv)) GTEST_SKIP();
   void* a = caching_allocator_alloc(1000);
   void* b = caching_allocator_alloc(3000);  // same small segment, non-zero offset
   IpcMemHandle hb = ipc_export(b);
   EXPECT_EQ(hb.size, 3000u);
   EXPECT_GT(hb.offset, 0u);
-  void* opened = ipc_import(hb);
   if (emulated()) {
-    EXPECT_EQ(opened, b) << "emulated IPC maps within the process at the same address";
-  }
-  if (emulated()) {
+    // Emulated IPC maps within the process at the same address.
+    void* opened = ipc_import(hb);
+    EXPECT_EQ(opened, b);
     static_cast<unsigned char*>(b)[10] = 42;
     EXPECT_EQ(static_cast<unsigned char*>(opened)[10], 42);
+    ipc_close(opened);
+    EXPECT_THROW(ipc_close(opened), ValueError);
+  } else {
+    // CUDA cannot open a handle in the exporting process: a clear error, then a child opens it.
+    EXPECT_THROW(ipc_import(hb), ValueError);
+    unsigned char host[16];
+    for (int i = 0; i < 16; ++i) host[i] = static_cast<unsigned char>(i + 7);
+    Stream s(hb.device);
+    detail::backend().memcpy_async(b, host, sizeof host, s.handle());
+    s.sync();
+    EXPECT_EQ(run_child_import(hb), 0) << "the child process failed to import the handle";
   }
-  ipc_close(opened);
-  EXPECT_THROW(ipc_close(opened), ValueError);
   ipc_collect();
   int x;
   EXPECT_THROW(ipc_export(&x), ValueError);
