@@ -235,19 +235,41 @@ constexpr int kContigBlocksPerSm = 4;
 template <class T, int N>
 struct alignas((N * sizeof(T)) >= 16 ? 16 : (N * sizeof(T))) Pack { T v[N]; };
 
+// Coalesced: consecutive threads take consecutive 16-byte vectors (on the wider of the two
+// types), and each thread keeps U independent vectors in flight. (A thread owning 64
+// contiguous bytes made each warp-wide access stride 64 bytes: relu ran at 2.65 TB/s.)
 template <class S, class D, class F>
 __device__ __forceinline__ void map_contig(const S* __restrict__ x, D* __restrict__ out, std::int64_t n, F f) {
   constexpr int M = sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D);
-  constexpr int E = 64 / M < 16 ? 64 / M : 16;
-  const std::int64_t nv = n / E;
-  for (std::int64_t i = gtid(); i < nv; i += gstride()) {
-    Pack<S, E> in = reinterpret_cast<const Pack<S, E>*>(x)[i];
-    Pack<D, E> o;
+  constexpr int V = 16 / M;  // elements per vector
+  constexpr int U = 4;       // vectors in flight per thread
+  using VS = Pack<S, V>;
+  using VD = Pack<D, V>;
+  const VS* xv = reinterpret_cast<const VS*>(x);
+  VD* ov = reinterpret_cast<VD*>(out);
+  const std::int64_t nv = n / V;
+  const std::int64_t stride = gstride();
+  std::int64_t i = gtid();
+  for (; i + (U - 1) * stride < nv; i += U * stride) {
+    VS in[U];
 #pragma unroll
-    for (int k = 0; k < E; ++k) o.v[k] = f(in.v[k]);
-    reinterpret_cast<Pack<D, E>*>(out)[i] = o;
+    for (int u = 0; u < U; ++u) in[u] = xv[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      VD o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = f(in[u].v[k]);
+      ov[i + u * stride] = o;
+    }
   }
-  for (std::int64_t i = nv * E + gtid(); i < n; i += gstride()) out[i] = f(x[i]);
+  for (; i < nv; i += stride) {
+    VS in = xv[i];
+    VD o;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = f(in.v[k]);
+    ov[i] = o;
+  }
+  for (std::int64_t j = nv * V + gtid(); j < n; j += stride) out[j] = f(x[j]);
 }
 
 template <class T>
