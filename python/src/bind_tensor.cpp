@@ -15,6 +15,7 @@
 #include "cudakit/stream.hpp"
 #include "ops/blas.hpp"
 #include "registry.hpp"
+#include "tensor/extent.hpp"
 #include "tensor_common.hpp"
 
 namespace cudakit::python {
@@ -294,16 +295,10 @@ Tensor from_numpy(py::handle arr) {
   // Keep the numpy array alive with the storage (released with the GIL, see release_foreign).
   auto* ref = new py::object(a);
   auto release = [ref] { release_foreign([ref] { delete ref; }); };
-  std::int64_t lo = 0, hi = 0;
-  bool empty_t = false;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) empty_t = true;
-    if (strides[i] >= 0) hi += (sizes[i] - 1) * strides[i]; else lo += (sizes[i] - 1) * strides[i];
-  }
-  if (empty_t) lo = hi = 0;
-  auto st = Storage::external(static_cast<char*>(info.ptr) + lo * es,
-                              static_cast<std::size_t>(empty_t ? 0 : (hi - lo + 1) * es), Device::cpu(), false, release);
-  return Tensor(st, *dt, sizes, strides, -lo);
+  const detail::StridedExtent ext = detail::strided_extent(sizes, strides);
+  auto st = Storage::external(static_cast<char*>(info.ptr) + ext.lo * es, ext.nbytes(es),
+                              Device::cpu(), false, release);
+  return Tensor(st, *dt, sizes, strides, -ext.lo);
 }
 
 Tensor to_tensor_like(py::handle obj, std::optional<DType> dtype, std::optional<Device> device) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cudakit/error.hpp"
+#include "tensor/extent.hpp"
 
 namespace cudakit::dlpack {
 
@@ -104,15 +105,10 @@ Tensor import(M* m, std::function<void(std::function<void()>)> release) {
     if (static_cast<std::int64_t>(d.byte_offset) % es != 0)
       throw ValueError("from_dlpack: byte_offset is not a multiple of the element size");
     // The storage spans [lo, hi] elements around the data pointer (negative strides allowed).
-    std::int64_t lo = 0, hi = 0;
-    bool empty_t = false;
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] == 0) empty_t = true;
-      if (strides[i] >= 0) hi += (sizes[i] - 1) * strides[i]; else lo += (sizes[i] - 1) * strides[i];
-    }
-    if (empty_t) lo = hi = 0;
+    const detail::StridedExtent ext = detail::strided_extent(sizes, strides);
+    const std::int64_t lo = ext.lo;
     char* base = static_cast<char*>(d.data) + d.byte_offset + lo * es;
-    std::size_t nbytes = static_cast<std::size_t>(empty_t ? 0 : (hi - lo + 1) * es);
+    std::size_t nbytes = ext.nbytes(es);
     auto storage = Storage::external(base, nbytes, dev, pinned, std::move(rel));
     rel = nullptr;
     return Tensor(storage, dt, sizes, strides, -lo);
