@@ -130,13 +130,19 @@ def test_torch_cupy_interop_zero_copy():
         tested += 1
     except ImportError:
         pass
+    import os
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU politely
     try:
         import jax
         import jax.numpy as jnp
         j = jnp.arange(10, dtype=jnp.float32)
         if j.devices().pop().platform == "gpu":
+            ptr = j.unsafe_buffer_pointer()
             c = T.from_dlpack(j)
-            assert c.tolist() == list(range(10))
+            assert c.data_ptr() == ptr and c.tolist() == list(range(10))
+            back = jnp.from_dlpack(c)  # and back into JAX without a copy
+            assert back.unsafe_buffer_pointer() == ptr
+            assert back.tolist() == list(range(10))
             tested += 1
     except ImportError:
         pass
