@@ -155,3 +155,12 @@ def test_foreign_stream_protocol(ck):
 
     with ck.stream(Foreign()):
         assert ck.current_stream().cuda_stream == s.cuda_stream
+
+
+def test_foreign_stream_handle_is_a_clean_error(ck, emulated_only):
+    # On the emulated backend a made-up handle is detected; on cuda the driver would crash.
+    with pytest.raises(ck.AcceleratorError, match="not a live stream handle"):
+        ck.ExternalStream(0xDEADBEEF0)
+    ext = ck.ExternalStream(0xDEADBEEF0, device=0)  # device given: no lookup yet
+    with pytest.raises(ck.AcceleratorError, match="not a live stream handle"):
+        ext.query()

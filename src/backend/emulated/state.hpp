@@ -300,6 +300,10 @@ class EmulatedBackend final : public Backend {
   void invalidate_locked(CaptureSession& c);  // capture_mu_ held
   void end_session_locked(CaptureSession& c);  // capture_mu_ held: streams leave capture
   std::mutex capture_mu_;
+  // Live stream handles, so a foreign or stale handle (ExternalStream(0xdead...)) gets a
+  // clean invalid-handle error instead of a wild read. Emulated only: a shared lock per use.
+  std::shared_mutex stream_handles_mu_;
+  std::unordered_set<const void*> stream_handles_;
   std::atomic<int> active_captures_{0};
   std::unordered_set<CaptureSession*> sessions_;  // active (not ended)
   std::uint64_t next_capture_id_ = 1;

@@ -45,6 +45,13 @@ Stream* EmulatedBackend::resolve(StreamHandle h) {
   if (h == nullptr || h == reinterpret_cast<StreamHandle>(1)) {
     return &legacy_stream(dev(thread_current_device()));
   }
+  {
+    std::shared_lock lock(stream_handles_mu_);
+    if (!stream_handles_.count(h)) {
+      fail(errc::invalid_handle,
+           "not a live stream handle of the emulated backend (foreign, destroyed or made up)");
+    }
+  }
   auto* s = static_cast<Stream*>(h);
   if (s->magic != Stream::kMagic) {
     fail(errc::invalid_handle, "not a stream handle created by the emulated backend");
@@ -180,8 +187,12 @@ StreamHandle EmulatedBackend::stream_create(int device, int priority, unsigned f
   s->device = &d;
   s->priority = priority > 0 ? 0 : (priority < -5 ? -5 : priority);  // clamp as CUDA does
   s->flags = flags;
-  std::lock_guard lock(d.mu);
-  d.streams.push_back(s);
+  {
+    std::lock_guard lock(d.mu);
+    d.streams.push_back(s);
+  }
+  std::lock_guard reg(stream_handles_mu_);
+  stream_handles_.insert(s.get());
   return s.get();
 }
 
@@ -201,6 +212,10 @@ void EmulatedBackend::stream_destroy(StreamHandle h) {
   std::lock_guard sl(s->mu);
   if (s->destroyed) fail(errc::invalid_handle, "stream_destroy: stream already destroyed");
   s->destroyed = true;
+  {
+    std::lock_guard reg(stream_handles_mu_);
+    stream_handles_.erase(h);
+  }
   if (s->worker_started) {
     s->cv_work.notify_one();  // the worker drains pending work, then retires the stream
   } else {
