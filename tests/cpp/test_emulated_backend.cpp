@@ -546,8 +546,14 @@ TEST(EmulatedBackend, Telemetry) {
   S s;
   std::promise<void> gate;
   auto fut = gate.get_future().share();
-  B().launch_host_task(s, [fut] { fut.wait(); });
-  std::this_thread::sleep_for(120ms);
+  std::promise<void> started;
+  auto running = started.get_future();
+  B().launch_host_task(s, [fut, &started] {
+    started.set_value();
+    fut.wait();
+  });
+  running.wait();  // the window must start after the task does (slow under sanitizers)
+  std::this_thread::sleep_for(200ms);
   EXPECT_GE(B().utilization_percent(1), 0);
   EXPECT_GE(B().utilization_percent(0), 90);  // a task has been running the whole window
   gate.set_value();
