@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cudakit/error.hpp"
 #include "memory/expandable_segment.hpp"
@@ -32,6 +33,7 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
       large_(false, nullptr, &node_resource_),
       active_(&node_resource_) {
   active_.reserve(4096);
+  if (const char* q = std::getenv("CUDAKIT_ALLOC_QUICK_CACHE")) quick_enabled_ = q[0] != '0';
   total_memory_ = backend_.mem_get_info(device_).total;
   stats_.max_split_size =
       cfg_.max_split_size == SIZE_MAX ? -1 : static_cast<std::int64_t>(cfg_.max_split_size);
@@ -45,7 +47,8 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
 DeviceAllocator::~DeviceAllocator() {
   if (detail::is_shutting_down()) return;
   try {
-    std::lock_guard lock(mutex_);
+    AllLock lock(mutex_, fast_lock_);
+    quick_flush();
     synchronize_and_free_events();
     release_cached();
     for (detail::EventHandle e : spare_events_) backend_.event_destroy(e);
@@ -196,8 +199,99 @@ void DeviceAllocator::free_async(Block* b) {
   recycle(b);
 }
 
+bool DeviceAllocator::quick_fast_path_ok() const noexcept {
+  return quick_enabled_ && cfg_.backend != AllocatorConfig::Backend::driver_async &&
+         caching_enabled() && !history_enabled();
+}
+
+void DeviceAllocator::account_alloc(Block* b, bool small, std::size_t orig_size) noexcept {
+  const auto bytes = static_cast<std::int64_t>(b->size);
+  stat_update(stats_.allocation, small, 1);
+  stat_update(stats_.active, small, 1);
+  stat_update(stats_.allocated_bytes, small, bytes);
+  stat_update(stats_.active_bytes, small, bytes);
+  stat_update(stats_.requested_bytes, small, static_cast<std::int64_t>(orig_size));
+  if (b->size >= cfg_.max_split_size) {
+    stats_.oversize_allocations.current++;
+    stats_.oversize_allocations.allocated++;
+    stats_.oversize_allocations.peak =
+        std::max(stats_.oversize_allocations.peak, stats_.oversize_allocations.current);
+  }
+  allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
+}
+
+// free_requested + free_completed accounting of a parked block.
+void DeviceAllocator::account_free(Block* b, bool small) noexcept {
+  const auto bytes = static_cast<std::int64_t>(b->size);
+  stat_update(stats_.allocation, small, -1);
+  stat_update(stats_.allocated_bytes, small, -bytes);
+  stat_update(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested));
+  if (b->size >= cfg_.max_split_size) stats_.oversize_allocations.current--;
+  stat_update(stats_.active, small, -1);
+  stat_update(stats_.active_bytes, small, -bytes);
+  allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
+}
+
+Block* DeviceAllocator::quick_take(std::size_t size, std::size_t orig_size,
+                                   detail::StreamHandle stream) {
+  std::lock_guard g(fast_lock_);
+  // Pool routes and pending record_stream events need the full path (routing decisions,
+  // and reuse order after events complete).
+  if (!routes_.empty() || !pending_.empty()) return nullptr;
+  QuickSlot& q = quick_[quick_index(stream, size)];
+  if (q.n == 0 || q.size != size || q.stream != stream) return nullptr;
+  Block* b = q.blocks[--q.n];
+  --quick_blocks_;
+  quick_bytes_ -= b->size;
+  b->parked = false;
+  b->requested = orig_size;
+  account_alloc(b, b->pool->is_small, orig_size);
+  return b;
+}
+
+int DeviceAllocator::quick_put(void* ptr) {
+  std::lock_guard g(fast_lock_);
+  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == active_.end() || it->second->parked) return 0;
+  Block* b = it->second;
+  if (b->uncached || b->async || b->pool->owner || !b->stream_uses.empty()) return -1;
+  if (quick_bytes_ + b->size > kQuickBudget || quick_blocks_ >= kQuickMaxBlocks) return -1;
+  QuickSlot& q = quick_[quick_index(b->stream, b->size)];
+  if (q.n == 0) {
+    q.stream = b->stream;
+    q.size = b->size;
+  } else if (q.size != b->size || q.stream != b->stream || q.n == kQuickDepth) {
+    return -1;
+  }
+  q.blocks[q.n++] = b;
+  ++quick_blocks_;
+  quick_bytes_ += b->size;
+  account_free(b, b->pool->is_small);
+  b->parked = true;
+  b->context.reset();
+  return 1;
+}
+
+void DeviceAllocator::quick_flush() {
+  if (quick_blocks_ == 0) return;
+  for (QuickSlot& q : quick_) {
+    while (q.n > 0) {
+      Block* b = q.blocks[--q.n];
+      b->parked = false;
+      active_.erase(b->ptr);
+      b->allocated = false;
+      free_block(b, /*stats_done=*/true);
+    }
+  }
+  quick_blocks_ = 0;
+  quick_bytes_ = 0;
+}
+
 Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream) {
-  std::lock_guard lock(mutex_);
+  if (quick_fast_path_ok()) {
+    if (Block* b = quick_take(round_size(orig_size), orig_size, stream)) return b;
+  }
+  AllLock lock(mutex_, fast_lock_);
   if (cfg_.backend == AllocatorConfig::Backend::driver_async) {
     Block* b = malloc_async(orig_size, stream);
     b->allocated = true;
@@ -218,6 +312,11 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   BlockPool& pool = pool_for(size, stream);
   const bool caching = caching_enabled();
   Block* b = caching ? get_free_block(pool, size, stream) : nullptr;
+  if (!b && quick_blocks_ > 0) {
+    // Parked blocks go back (merging with their neighbours) before the allocator grows.
+    quick_flush();
+    if (caching) b = get_free_block(pool, size, stream);
+  }
   if (!b) {
     if (cfg_.garbage_collection_threshold > 0 && caching) garbage_collect();
     const std::size_t alloc_size = caching ? allocation_size(size)
@@ -320,9 +419,17 @@ Block* DeviceAllocator::finish_alloc(Block* b, BlockPool& pool, std::size_t size
 }
 
 bool DeviceAllocator::free(void* ptr) {
-  std::lock_guard lock(mutex_);
+  if (quick_fast_path_ok()) {
+    const int r = quick_put(ptr);
+    if (r >= 0) return r == 1;
+  }
+  AllLock lock(mutex_, fast_lock_);
   auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end()) return false;
+  if (it == active_.end() || it->second->parked) return false;
+  // A full quick cache holds blocks nobody asked for again: give them back so later frees
+  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
+  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + it->second->size > kQuickBudget)
+    quick_flush();
   Block* b = it->second;
   active_.erase(it);
   b->allocated = false;
@@ -377,13 +484,15 @@ void DeviceAllocator::merge(Block* dst, Block* src) {
   recycle(src);
 }
 
-void DeviceAllocator::free_block(Block* b) {
+void DeviceAllocator::free_block(Block* b, bool stats_done) {
   BlockPool& pool = *b->pool;
   const bool small = pool.is_small;
   const auto bytes = static_cast<std::int64_t>(b->size);
-  stat_update(stats_.active, small, -1);
-  stat_update(stats_.active_bytes, small, -bytes);
-  if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
+  if (!stats_done) {
+    stat_update(stats_.active, small, -1);
+    stat_update(stats_.active_bytes, small, -bytes);
+    if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
+  }
   b->context.reset();
   b->requested = 0;
 
@@ -537,20 +646,26 @@ void DeviceAllocator::garbage_collect() {
 }
 
 void DeviceAllocator::empty_cache() {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
+  quick_flush();
   synchronize_and_free_events();
   release_cached();
 }
 
 bool DeviceAllocator::owns(const void* ptr) {
-  std::lock_guard lock(mutex_);
-  return active_.count(reinterpret_cast<std::uintptr_t>(ptr)) != 0;
+  AllLock lock(mutex_, fast_lock_);
+  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  return it != active_.end() && !it->second->parked;
 }
 
 bool DeviceAllocator::info(const void* ptr, AllocationInfo& out) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end()) return false;
+  if (it == active_.end() || it->second->parked) return false;
+  // A full quick cache holds blocks nobody asked for again: give them back so later frees
+  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
+  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + it->second->size > kQuickBudget)
+    quick_flush();
   out.device = device_;
   out.size = it->second->size;
   out.requested = it->second->requested;
@@ -559,9 +674,9 @@ bool DeviceAllocator::info(const void* ptr, AllocationInfo& out) {
 }
 
 std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end()) return 0;
+  if (it == active_.end() || it->second->parked) return 0;
   const Block* b = it->second;
   if (b->expandable)
     throw NotSupportedError("IPC export of memory in an expandable segment is not supported: "
@@ -572,9 +687,13 @@ std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
 }
 
 bool DeviceAllocator::record_stream(void* ptr, detail::StreamHandle stream) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end()) return false;
+  if (it == active_.end() || it->second->parked) return false;
+  // A full quick cache holds blocks nobody asked for again: give them back so later frees
+  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
+  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + it->second->size > kQuickBudget)
+    quick_flush();
   Block* b = it->second;
   if (stream == b->stream) return true;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
@@ -583,12 +702,15 @@ bool DeviceAllocator::record_stream(void* ptr, detail::StreamHandle stream) {
 }
 
 MemoryStats DeviceAllocator::stats() {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
+  // Parked blocks go back first so the pool-shape statistics (inactive_split, ...) are
+  // exactly torch's; the allocated/active counters are exact either way.
+  quick_flush();
   return stats_;
 }
 
 void DeviceAllocator::reset_peak_stats() {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   for (MemoryStat* arr : {stats_.allocation, stats_.segment, stats_.active, stats_.inactive_split,
                           stats_.allocated_bytes, stats_.reserved_bytes, stats_.active_bytes,
                           stats_.inactive_split_bytes, stats_.requested_bytes})
@@ -598,7 +720,7 @@ void DeviceAllocator::reset_peak_stats() {
 }
 
 void DeviceAllocator::reset_accumulated_stats() {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   for (MemoryStat* arr : {stats_.allocation, stats_.segment, stats_.active, stats_.inactive_split,
                           stats_.allocated_bytes, stats_.reserved_bytes, stats_.active_bytes,
                           stats_.inactive_split_bytes, stats_.requested_bytes})
@@ -613,13 +735,13 @@ void DeviceAllocator::set_memory_fraction(double f) {
   if (!(f >= 0.0 && f <= 1.0))
     throw ValueError("set_per_process_memory_fraction: fraction " + std::to_string(f) +
                      " is out of range: pass a number in [0, 1]");
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   fraction_ = f;
   limit_ = f >= 1.0 ? SIZE_MAX : static_cast<std::size_t>(f * static_cast<double>(total_memory_));
 }
 
 double DeviceAllocator::memory_fraction() {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   return fraction_;
 }
 
@@ -681,7 +803,7 @@ void DeviceAllocator::trace(const char* action, std::uintptr_t addr, std::size_t
 // ---- pools ----
 
 void DeviceAllocator::create_pool(MempoolId id, bool no_split, bool use_on_oom) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   auto it = pools_.find(id);
   if (it != pools_.end()) {
     ++it->second->use_count;
@@ -694,10 +816,11 @@ void DeviceAllocator::create_pool(MempoolId id, bool no_split, bool use_on_oom) 
 }
 
 void DeviceAllocator::release_pool(MempoolId id) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   auto it = pools_.find(id);
   if (it == pools_.end()) return;
   if (--it->second->use_count > 0) return;
+  quick_flush();
   PrivatePool& p = *it->second;
   release_pool_blocks(p.small);
   release_pool_blocks(p.large);
@@ -705,14 +828,14 @@ void DeviceAllocator::release_pool(MempoolId id) {
 }
 
 int DeviceAllocator::pool_use_count(MempoolId id) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   auto it = pools_.find(id);
   return it == pools_.end() ? 0 : it->second->use_count;
 }
 
 void DeviceAllocator::begin_allocate_to_pool(MempoolId id,
                                              std::function<bool(detail::StreamHandle)> filter) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   if (!pools_.count(id))
     throw ValueError("allocate to pool (" + std::to_string(id.first) + ", " +
                      std::to_string(id.second) + "): no such pool on device " +
@@ -721,7 +844,7 @@ void DeviceAllocator::begin_allocate_to_pool(MempoolId id,
 }
 
 void DeviceAllocator::end_allocate_to_pool(MempoolId id) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
   for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
     if (it->pool == id) {
       routes_.erase(std::next(it).base());

@@ -15,7 +15,8 @@
 namespace cudakit::memory {
 
 std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only_pool) {
-  std::lock_guard lock(mutex_);
+  AllLock lock(mutex_, fast_lock_);
+  quick_flush();  // parked blocks show as free
   std::vector<SegmentInfo> out;
   auto owner_of = [](const Block* b) {
     return b->pool->owner ? b->pool->owner->id : MempoolId{0, 0};
