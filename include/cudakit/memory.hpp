@@ -158,9 +158,15 @@ using MempoolId = std::pair<std::uint64_t, std::uint64_t>;
 // (use_mem_pool, graph capture) never share segments with the default pool. Segments are
 // returned when the pool is destroyed and no allocation from it is alive.
 // Thread-safety: methods are thread-safe; a pool object is owned by one thread.
+class PluggableAllocator;
+
 class MemPool {
  public:
   explicit MemPool(bool use_on_oom = false, bool no_split = false, int device = kCurrentDevice);
+  // Segments of this pool come from `allocator` (torch's MemPool(allocator=...)), e.g. a
+  // registration-friendly allocator for communication buffers.
+  MemPool(const PluggableAllocator& allocator, bool use_on_oom = false,
+          bool no_split = false, int device = kCurrentDevice);
   // Shares an existing pool (e.g. graph_pool_handle()).
   MemPool(MempoolId id, int device);
   ~MemPool();
@@ -204,6 +210,10 @@ class PluggableAllocator {
  public:
   PluggableAllocator(const std::string& path, const std::string& alloc_fn_name,
                      const std::string& free_fn_name);
+  // The same C ABI from functions already in the process (ssize_t == std::ptrdiff_t).
+  using AllocFn = void* (*)(std::ptrdiff_t size, int device, void* stream);
+  using FreeFn = void (*)(void* ptr, std::ptrdiff_t size, int device, void* stream);
+  PluggableAllocator(AllocFn alloc_fn, FreeFn free_fn, const std::string& name = "in-process");
   std::shared_ptr<void> impl() const noexcept { return impl_; }
 
  private:

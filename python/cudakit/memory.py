@@ -266,12 +266,14 @@ class MemPool:
     """A private pool of the caching allocator (torch.cuda.MemPool)."""
 
     def __init__(self, allocator: Any = None, use_on_oom: bool = False, no_split: bool = False):
-        if allocator is not None:
-            raise NotImplementedError(
-                "MemPool(allocator=...) is not supported yet: use change_current_allocator "
-                "for a pluggable allocator")
-        self._pool = _C._MemPool(use_on_oom=use_on_oom, no_split=no_split)
-        self.allocator = None
+        if allocator is None:
+            self._pool = _C._MemPool(use_on_oom=use_on_oom, no_split=no_split)
+        else:
+            # The pool's segments come from `allocator` (a CUDAPluggableAllocator); it must not
+            # allocate from cudakit's own caching allocator of the same device.
+            raw = allocator.allocator() if hasattr(allocator, "allocator") else allocator
+            self._pool = _C._MemPool(raw, use_on_oom=use_on_oom, no_split=no_split)
+        self.allocator = allocator
 
     @property
     def id(self) -> tuple[int, int]:

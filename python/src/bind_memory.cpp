@@ -131,6 +131,11 @@ void bind(py::module_& m) {
            py::arg("use_on_oom") = false, py::arg("no_split") = false, py::arg("device") = py::none())
       .def(py::init([](MempoolId id, py::handle d) { return std::make_unique<MemPool>(id, dev(d)); }),
            py::arg("id"), py::arg("device") = py::none())
+      .def(py::init([](const PluggableAllocator& a, bool use_on_oom, bool no_split, py::handle d) {
+             return std::make_unique<MemPool>(a, use_on_oom, no_split, dev(d));
+           }),
+           py::arg("allocator"), py::arg("use_on_oom") = false, py::arg("no_split") = false,
+           py::arg("device") = py::none())
       .def_property_readonly("id", &MemPool::id)
       .def_property_readonly("device", &MemPool::device)
       .def("use_count", &MemPool::use_count)

@@ -1,6 +1,7 @@
 // Device caching allocator: allocation / free / record_stream / cache release paths.
 // See device_allocator.hpp for the design.
 #include "memory/device_allocator.hpp"
+#include "memory/pluggable.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -131,7 +132,9 @@ bool DeviceAllocator::would_exceed_limit(std::size_t bytes) const {
 Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t size, std::size_t alloc_size,
                                       detail::StreamHandle stream) {
   if (would_exceed_limit(alloc_size)) return nullptr;
-  void* p = backend_.mem_alloc(device_, alloc_size);
+  PluggedAllocator* source = pool.owner ? pool.owner->source.get() : nullptr;
+  void* p = source ? source->allocate(alloc_size, device_, stream)
+                   : backend_.mem_alloc(device_, alloc_size);
   if (!p) return nullptr;
   ++stats_.num_device_alloc;
   Block* b = new_block();
@@ -563,7 +566,11 @@ void DeviceAllocator::release_segment(Block* head) {
   // `head` spans a whole (non-expandable) segment and is free; not in any free set.
   BlockPool& pool = *head->pool;
   if (history_enabled()) trace("segment_free", head->ptr, head->size, head->stream, nullptr);
-  backend_.mem_free(device_, reinterpret_cast<void*>(head->ptr));
+  if (pool.owner && pool.owner->source) {
+    pool.owner->source->free(reinterpret_cast<void*>(head->ptr));
+  } else {
+    backend_.mem_free(device_, reinterpret_cast<void*>(head->ptr));
+  }
   ++stats_.num_device_free;
   stat_update(stats_.segment, pool.is_small, -1);
   stat_update(stats_.reserved_bytes, pool.is_small, -static_cast<std::int64_t>(head->size));
@@ -811,7 +818,8 @@ void DeviceAllocator::trace(const char* action, std::uintptr_t addr, std::size_t
 
 // ---- pools ----
 
-void DeviceAllocator::create_pool(MempoolId id, bool no_split, bool use_on_oom) {
+void DeviceAllocator::create_pool(MempoolId id, bool no_split, bool use_on_oom,
+                                  std::shared_ptr<PluggedAllocator> source) {
   AllLock lock(mutex_, fast_lock_);
   auto it = pools_.find(id);
   if (it != pools_.end()) {
@@ -821,6 +829,7 @@ void DeviceAllocator::create_pool(MempoolId id, bool no_split, bool use_on_oom) 
   auto p = std::make_unique<PrivatePool>(id, &node_resource_);
   p->no_split = no_split;
   p->use_on_oom = use_on_oom;
+  p->source = std::move(source);
   pools_.emplace(id, std::move(p));
 }
 

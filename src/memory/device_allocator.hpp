@@ -141,6 +141,7 @@ class AllLock {
 
 struct Block;
 struct PrivatePool;
+class PluggedAllocator;
 struct ExpandableSegment;
 struct HistoryContext;
 
@@ -190,6 +191,10 @@ struct PrivatePool {
   BlockPool small, large;
   bool no_split = false;
   bool use_on_oom = false;
+  // MemPool(allocator=...): the pool's segments come from this allocator instead of the
+  // device (as torch). Called under the device lock: it must not call back into cudakit's
+  // caching allocator of the same device.
+  std::shared_ptr<PluggedAllocator> source;
 };
 
 // Route: allocations whose stream passes `filter` go to `pool` (MemPool, graph capture).
@@ -247,7 +252,8 @@ class DeviceAllocator {
   std::vector<SegmentInfo> snapshot(std::optional<MempoolId> only_pool = std::nullopt);
 
   // Pools.
-  void create_pool(MempoolId id, bool no_split, bool use_on_oom);  // or add a reference
+  void create_pool(MempoolId id, bool no_split, bool use_on_oom,
+                   std::shared_ptr<PluggedAllocator> source = nullptr);  // or add a reference
   void release_pool(MempoolId id);  // drop a reference; frees cached blocks when unused
   int pool_use_count(MempoolId id);
   void begin_allocate_to_pool(MempoolId id, std::function<bool(detail::StreamHandle)> filter);

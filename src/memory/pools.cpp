@@ -1,6 +1,7 @@
 // MemPool, use_mem_pool, graph_pool_handle, general pool routing, pluggable allocators.
 #include <atomic>
 #include <thread>
+#include <type_traits>
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
@@ -20,6 +21,12 @@ std::atomic<std::uint64_t> g_next_graph_pool{1};  // graph pools: (0, n)
 MemPool::MemPool(bool use_on_oom, bool no_split, int device)
     : id_{g_next_user_pool.fetch_add(1), 0}, device_(memory::resolve_alloc_device(device)) {
   memory::device_allocator(device_).create_pool(id_, no_split, use_on_oom);
+}
+
+MemPool::MemPool(const PluggableAllocator& allocator, bool use_on_oom, bool no_split, int device)
+    : id_{g_next_user_pool.fetch_add(1), 0}, device_(memory::resolve_alloc_device(device)) {
+  memory::device_allocator(device_).create_pool(
+      id_, no_split, use_on_oom, std::static_pointer_cast<memory::PluggedAllocator>(allocator.impl()));
 }
 
 MemPool::MemPool(MempoolId id, int device)
@@ -73,6 +80,11 @@ void release_pool(int device, MempoolId id) {
 PluggableAllocator::PluggableAllocator(const std::string& path, const std::string& alloc_fn,
                                        const std::string& free_fn)
     : impl_(std::make_shared<memory::PluggedAllocator>(path, alloc_fn, free_fn)) {}
+
+static_assert(std::is_same_v<PluggableAllocator::AllocFn, memory::PluggedAllocator::AllocFn>,
+              "ssize_t and std::ptrdiff_t differ on this platform");
+PluggableAllocator::PluggableAllocator(AllocFn alloc_fn, FreeFn free_fn, const std::string& name)
+    : impl_(std::make_shared<memory::PluggedAllocator>(alloc_fn, free_fn, name)) {}
 
 void change_current_allocator(const PluggableAllocator& allocator) {
   memory::set_plugged_allocator(std::static_pointer_cast<memory::PluggedAllocator>(allocator.impl()));

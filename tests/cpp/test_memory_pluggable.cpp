@@ -45,3 +45,28 @@ TEST(MemoryPluggable, StatsKeepWorkingThroughAPluggedAllocator) {
   EXPECT_EQ(memory_allocated(), base - 4096 + 0 * 1);
   EXPECT_EQ(memory_stats()["allocated_bytes.all.peak"] >= 1000, true);
 }
+
+TEST(MemoryPluggable, MemPoolSegmentsComeFromItsAllocator) {
+  const int allocs_before = g_allocs.load(), frees_before = g_frees.load();
+  const auto base = memory_allocated();
+  {
+    PluggableAllocator source(&test_alloc, &test_free, "pool-source");
+    MemPool pool(source);
+    void* p = nullptr;
+    void* q = nullptr;
+    {
+      UseMemPool use(pool);
+      p = caching_allocator_alloc(1000);
+      q = caching_allocator_alloc(3000);  // same small segment: one source allocation
+    }
+    EXPECT_EQ(g_allocs.load() - allocs_before, 1);
+    EXPECT_EQ(memory_allocated(), base + 1024 + 3072);
+    void* outside = caching_allocator_alloc(1000);  // not routed: the device, not the source
+    EXPECT_EQ(g_allocs.load() - allocs_before, 1);
+    caching_allocator_delete(outside);
+    caching_allocator_delete(p);
+    caching_allocator_delete(q);
+    EXPECT_EQ(memory_allocated(), base);
+  }  // pool released: its segment goes back to the source allocator
+  EXPECT_EQ(g_frees.load() - frees_before, 1);
+}

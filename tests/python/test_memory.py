@@ -213,3 +213,14 @@ def test_memory_viz_html(tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "<polygon" in page and "<rect" in page
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "40.0 MiB" in page
+
+
+def test_mempool_with_pluggable_allocator_binds(ck):
+    # Behaviour (segments drawn from the allocator, returned on release) is covered by
+    # tests/cpp/test_memory_pluggable.cpp; here: the torch signature reaches it.
+    alloc = ck.memory.CUDAPluggableAllocator(ck.memory.plugin_path(), "cudakit_malloc",
+                                             "cudakit_free")
+    pool = ck.memory.MemPool(allocator=alloc, use_on_oom=False)
+    assert pool.allocator is alloc
+    assert pool.use_count() >= 1
+    assert pool.id[0] > 0
