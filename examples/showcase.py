@@ -23,4 +23,15 @@ for _ in range(n):
     cudakit.current_stream()
 dt = (time.perf_counter() - t0) / n * 1e6
 print(f"current_stream(): {dt:.3f} us per call")
+# Arrays, RNG and the caching allocator.
+cudakit.manual_seed(0)
+x = cudakit.randn(1024, 1024)
+y = (x @ x.T).relu()
+cudakit.synchronize()
+print(f"randn -> matmul -> relu: sum={float(y.sum().cpu().numpy()):.1f}")
+print(f"allocated {cudakit.memory_allocated() / 2**20:.1f} MiB, "
+      f"reserved {cudakit.memory_reserved() / 2**20:.1f} MiB")
+del x, y
+cudakit.empty_cache()
+print(f"after empty_cache: reserved {cudakit.memory_reserved() / 2**20:.1f} MiB")
 print("ok")
