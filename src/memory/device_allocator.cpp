@@ -252,11 +252,21 @@ Block* DeviceAllocator::quick_take(std::size_t size, std::size_t orig_size,
   return b;
 }
 
+Block* DeviceAllocator::live_block(const void* ptr) const {
+  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  return it == active_.end() || it->second->parked ? nullptr : it->second;
+}
+
+void DeviceAllocator::make_room_in_quick_cache(std::size_t incoming) {
+  // A full quick cache holds blocks nobody asked for again: give them back so later frees
+  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
+  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + incoming > kQuickBudget) quick_flush();
+}
+
 int DeviceAllocator::quick_put(void* ptr) {
   std::lock_guard g(fast_lock_);
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end() || it->second->parked) return 0;
-  Block* b = it->second;
+  Block* b = live_block(ptr);
+  if (!b) return 0;
   if (b->uncached || b->async || b->pool->owner || !b->stream_uses.empty()) return -1;
   if (quick_bytes_ + b->size > kQuickBudget || quick_blocks_ >= kQuickMaxBlocks) return -1;
   // A large block that would merge with a free neighbour goes back to the pool: parking it would
@@ -438,10 +448,7 @@ bool DeviceAllocator::free(void* ptr) {
   AllLock lock(mutex_, fast_lock_);
   auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == active_.end() || it->second->parked) return false;
-  // A full quick cache holds blocks nobody asked for again: give them back so later frees
-  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
-  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + it->second->size > kQuickBudget)
-    quick_flush();
+  make_room_in_quick_cache(it->second->size);
   Block* b = it->second;
   active_.erase(it);
   b->allocated = false;
@@ -670,30 +677,24 @@ void DeviceAllocator::empty_cache() {
 
 bool DeviceAllocator::owns(const void* ptr) {
   AllLock lock(mutex_, fast_lock_);
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  return it != active_.end() && !it->second->parked;
+  return live_block(ptr) != nullptr;
 }
 
 bool DeviceAllocator::info(const void* ptr, AllocationInfo& out) {
   AllLock lock(mutex_, fast_lock_);
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end() || it->second->parked) return false;
-  // A full quick cache holds blocks nobody asked for again: give them back so later frees
-  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
-  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + it->second->size > kQuickBudget)
-    quick_flush();
+  const Block* b = live_block(ptr);
+  if (!b) return false;
   out.device = device_;
-  out.size = it->second->size;
-  out.requested = it->second->requested;
-  out.stream = StreamRef::from_handle(it->second->stream, device_);
+  out.size = b->size;
+  out.requested = b->requested;
+  out.stream = StreamRef::from_handle(b->stream, device_);
   return true;
 }
 
 std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
   AllLock lock(mutex_, fast_lock_);
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end() || it->second->parked) return 0;
-  const Block* b = it->second;
+  const Block* b = live_block(ptr);
+  if (!b) return 0;
   if (b->expandable)
     throw NotSupportedError("IPC export of memory in an expandable segment is not supported: "
                             "set CUDAKIT_ALLOC_CONF=expandable_segments:False in the exporting "
@@ -704,13 +705,8 @@ std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
 
 bool DeviceAllocator::record_stream(void* ptr, detail::StreamHandle stream) {
   AllLock lock(mutex_, fast_lock_);
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end() || it->second->parked) return false;
-  // A full quick cache holds blocks nobody asked for again: give them back so later frees
-  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
-  if (quick_blocks_ >= kQuickMaxBlocks || quick_bytes_ + it->second->size > kQuickBudget)
-    quick_flush();
-  Block* b = it->second;
+  Block* b = live_block(ptr);
+  if (!b) return false;
   if (stream == b->stream) return true;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);

@@ -328,6 +328,10 @@ class DeviceAllocator {
   Block* quick_take(std::size_t size, std::size_t orig_size, detail::StreamHandle stream);
   int quick_put(void* ptr);  // 1 parked, 0 not live here, -1 take the slow path
   void quick_flush();         // both locks held: parked blocks back to the free sets
+  // fast_lock_ held: the live (allocated, not parked) block at `ptr`, or nullptr.
+  Block* live_block(const void* ptr) const;
+  // fast_lock_ held: a full quick cache goes back to the pool before `incoming` is freed.
+  void make_room_in_quick_cache(std::size_t incoming);
   void account_alloc(Block* b, bool small, std::size_t orig_size) noexcept;
   void account_free(Block* b, bool small) noexcept;
   bool quick_enabled_ = true;  // CUDAKIT_ALLOC_QUICK_CACHE=0 turns the quick cache off (A/B)
