@@ -78,34 +78,25 @@ void EmulatedBackend::event_record(EventHandle e, StreamHandle h) {
   ev->captured_nodes.clear();
 }
 
-bool EmulatedBackend::event_query(EventHandle e) {
-  Event* ev = event_ptr(e);
-  std::shared_ptr<Stream> st;
-  std::uint64_t seq;
-  {
-    std::lock_guard lk(ev->mu);
-    if (ev->captured) {
-      fail(kCapturedEvent, "event_query: the event was last recorded inside a stream capture");
-    }
-    st = ev->stream;
-    seq = ev->seq;
+namespace {
+// Where an event was last recorded: its stream (null if never recorded) and the stream's
+// sequence number at that point. Events recorded inside a capture cannot be waited on.
+std::pair<std::shared_ptr<Stream>, std::uint64_t> recorded_position(Event& ev, const char* what) {
+  std::lock_guard lk(ev.mu);
+  if (ev.captured) {
+    fail(kCapturedEvent, std::string(what) + ": the event was last recorded inside a stream capture");
   }
+  return {ev.stream, ev.seq};
+}
+}  // namespace
+
+bool EmulatedBackend::event_query(EventHandle e) {
+  auto [st, seq] = recorded_position(*event_ptr(e), "event_query");
   return !st || reached(*st, seq);  // never recorded → complete, as CUDA
 }
 
 void EmulatedBackend::event_synchronize(EventHandle e) {
-  Event* ev = event_ptr(e);
-  std::shared_ptr<Stream> st;
-  std::uint64_t seq;
-  {
-    std::lock_guard lk(ev->mu);
-    if (ev->captured) {
-      fail(kCapturedEvent,
-           "event_synchronize: the event was last recorded inside a stream capture");
-    }
-    st = ev->stream;
-    seq = ev->seq;
-  }
+  auto [st, seq] = recorded_position(*event_ptr(e), "event_synchronize");
   if (st) wait_reached(*st, seq);
 }
 
