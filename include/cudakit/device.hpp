@@ -15,6 +15,9 @@ namespace cudakit {
 
 // "Current device" sentinel accepted wherever a device index is.
 inline constexpr int kCurrentDevice = -1;
+// Per-device state (current stream, pools, properties) lives in fixed arrays of this size;
+// resolve_device() rejects higher indices.
+inline constexpr int kMaxDevices = 64;
 
 struct DeviceProperties {
   std::string name;

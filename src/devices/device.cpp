@@ -16,8 +16,6 @@
 namespace cudakit {
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 std::atomic<bool> g_initialized{false};
 std::atomic<bool> g_in_bad_fork{false};
 std::atomic<int> g_device_count{-1};
@@ -110,6 +108,10 @@ int resolve_device(int device) {
   if (device == kCurrentDevice) return current_device();
   detail::ensure_initialized();
   int n = detail::cached_device_count();
+  if (device >= kMaxDevices) {
+    throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit supports at most " +
+                     std::to_string(kMaxDevices) + " devices per process");
+  }
   if (device < 0 || device >= n) {
     throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit sees " +
                      std::to_string(n) + " device(s) on the '" + backend_name() +

@@ -49,7 +49,7 @@ void* current_solver_handle() {
   }
   const Solver& lib = solver_library();
   if (!lib.create) throw NotSupportedError(lib.error);
-  thread_local std::array<void*, 64> handles{};  // leaked at thread exit, as torch's pool
+  thread_local std::array<void*, kMaxDevices> handles{};  // leaked at thread exit, as torch's pool
   int dev = current_device();
   void*& h = handles[dev];
   if (!h) {

@@ -13,7 +13,6 @@
 namespace cudakit {
 namespace {
 
-constexpr int kMaxDevices = 64;
 constexpr int kPoolSize = 32;      // streams per priority level, as torch
 constexpr int kMaxPriorityLevels = 8;
 
@@ -33,11 +32,6 @@ DevicePools& pools(int device) {
   return (*all)[device];
 }
 
-int checked_device(int device) {
-  int d = resolve_device(device);
-  if (d >= kMaxDevices) throw ValueError("cudakit supports at most 64 devices per process");
-  return d;
-}
 
 // Runs fn with `device` current when the stream handle is the legacy default stream (the
 // null handle is resolved by the driver against the current context).
@@ -96,7 +90,7 @@ void StreamRef::launch_host_func(std::function<void()> fn) const {
 }
 
 Stream::Stream(int device, int priority, bool non_blocking)
-    : StreamRef(nullptr, checked_device(device)) {
+    : StreamRef(nullptr, resolve_device(device)) {
   handle_ = detail::backend().stream_create(device_, priority,
                                             non_blocking ? detail::kStreamNonBlocking : 0u);
 }
@@ -128,11 +122,11 @@ detail::StreamHandle Stream::release() noexcept {
 }
 
 StreamRef current_stream(int device) {
-  int d = device == kCurrentDevice ? current_device() : checked_device(device);
+  int d = device == kCurrentDevice ? current_device() : resolve_device(device);
   return StreamRef::from_handle(tls_current[d], d);
 }
 
-StreamRef default_stream(int device) { return StreamRef::default_for(checked_device(device)); }
+StreamRef default_stream(int device) { return StreamRef::default_for(resolve_device(device)); }
 
 void set_stream(StreamRef stream) {
   if (stream.device() < 0 || stream.device() >= kMaxDevices) {
@@ -142,7 +136,7 @@ void set_stream(StreamRef stream) {
 }
 
 StreamRef stream_from_pool(int device, int priority) {
-  int d = checked_device(device);
+  int d = resolve_device(device);
   auto& be = detail::backend();
   auto [least, greatest] = be.stream_priority_range();
   // Lower number = higher priority. Clamp into the device's range.
