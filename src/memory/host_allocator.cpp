@@ -1,6 +1,9 @@
 #include "memory/host_allocator.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
+#include <limits>
 
 #include "cudakit/error.hpp"
 
@@ -23,8 +26,14 @@ std::int64_t now_us() {
 
 void* HostAllocator::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  std::size_t size = 512;
-  while (size < bytes) size <<= 1;
+  // Power-of-two classes: a request above the largest one would round to 0 (and the old
+  // doubling loop never ended), so refuse it up front.
+  constexpr std::size_t kLargestClass = std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 1);
+  if (bytes > kLargestClass)
+    throw OutOfMemoryError("pinned host allocation of " + std::to_string(bytes) +
+                           " bytes is larger than any host memory: check the size computation",
+                           -1, bytes);
+  const std::size_t size = std::max<std::size_t>(512, std::bit_ceil(bytes));
   {
     std::lock_guard lock(mutex_);
     if (!pending_.empty()) process_events();
@@ -78,7 +87,7 @@ bool HostAllocator::free(void* ptr) {
   if (!b.streams.empty() && !detail::is_shutting_down()) {
     detail::Backend& be = detail::backend();
     for (auto [s, dev] : b.streams) {
-      detail::EventHandle e = be.event_create(dev, detail::kEventDisableTiming);
+      detail::EventHandle e = take_event(dev);
       be.event_record(e, s);
       b.events.emplace_back(e, dev);
     }
@@ -99,7 +108,7 @@ void HostAllocator::process_events() {
     HostBlock& b = blocks_[p];
     std::size_t k = 0;
     for (auto& ev : b.events) {
-      if (be.event_query(ev.first)) be.event_destroy(ev.first);
+      if (be.event_query(ev.first)) event_pool_[ev.second].push_back(ev.first);
       else b.events[k++] = ev;
     }
     b.events.resize(k);
@@ -114,11 +123,26 @@ void HostAllocator::process_events() {
   pending_.resize(keep);
 }
 
+detail::EventHandle HostAllocator::take_event(int device) {
+  std::vector<detail::EventHandle>& pool = event_pool_[device];
+  if (pool.empty()) return detail::backend().event_create(device, detail::kEventDisableTiming);
+  detail::EventHandle e = pool.back();
+  pool.pop_back();
+  return e;
+}
+
 bool HostAllocator::record_event(void* ptr, detail::StreamHandle stream, int device) {
+  if (device < 0 || device >= kMaxDevices)
+    throw ValueError("record_event on pinned memory: invalid device " + std::to_string(device) +
+                     " (expected 0.." + std::to_string(kMaxDevices - 1) + ")");
   std::lock_guard lock(mutex_);
   auto it = blocks_.find(ptr);
   if (it == blocks_.end() || !it->second.allocated) return false;
-  it->second.streams.emplace_back(stream, device);
+  // One event per distinct stream at free time, however often a stream was recorded
+  // (a buffer copied 1000 times on one stream would otherwise record 1000 events).
+  auto& streams = it->second.streams;
+  const std::pair<detail::StreamHandle, int> use(stream, device);
+  if (std::find(streams.begin(), streams.end(), use) == streams.end()) streams.push_back(use);
   return true;
 }
 
@@ -174,6 +198,20 @@ void HostAllocator::reset_accumulated() {
   stats_.num_host_alloc = stats_.num_host_free = 0;
   stats_.host_alloc_time = {};
   stats_.host_free_time = {};
+}
+
+std::size_t HostAllocator::pending_event_count() {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (void* p : pending_) n += blocks_[p].events.size();
+  return n;
+}
+
+std::size_t HostAllocator::pooled_event_count() {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& pool : event_pool_) n += pool.size();
+  return n;
 }
 
 HostAllocator& host_allocator() {

@@ -4,6 +4,8 @@
 //
 // Thread-safety: all methods take one mutex (pinned allocation is not a hot path at the
 // rate device allocation is; the expensive part, the driver call, happens outside it).
+// Events for recorded uses come from a per-device pool: a free after record_event costs an
+// event record, not an event create/destroy pair.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "cudakit/device.hpp"
 #include "cudakit/memory.hpp"
 
 namespace cudakit::memory {
@@ -45,16 +48,22 @@ class HostAllocator {
   HostMemoryStats stats();
   void reset_peak();
   void reset_accumulated();
+  // Diagnostics (tests): events recorded for freed blocks still awaiting completion, and
+  // completed events kept for reuse.
+  std::size_t pending_event_count();
+  std::size_t pooled_event_count();
 
  private:
   struct HostBlock {
     std::size_t size = 0;
     bool allocated = false;
-    std::vector<std::pair<detail::StreamHandle, int>> streams;  // recorded uses
+    std::vector<std::pair<detail::StreamHandle, int>> streams;  // recorded uses (distinct)
     std::vector<std::pair<detail::EventHandle, int>> events;     // pending after free
   };
   void process_events();
+  detail::EventHandle take_event(int device);  // from the pool, or a new one
   std::mutex mutex_;
+  std::vector<detail::EventHandle> event_pool_[kMaxDevices];  // completed, reusable
   std::unordered_map<void*, HostBlock> blocks_;
   std::map<std::size_t, std::vector<void*>> free_;  // size class -> free blocks
   std::vector<void*> pending_;                      // freed, waiting for events
