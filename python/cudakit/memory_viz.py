@@ -1,9 +1,13 @@
 """Turn a memory snapshot (pickle or JSON from cudakit.memory._dump_snapshot, or PyTorch's)
 into one self-contained HTML page: a timeline of allocated memory stacked by allocation, and
-a map of every segment with its blocks. No network, no JavaScript libraries: plain SVG with
-hover titles.
+a map of every segment with its blocks. No network, no JavaScript libraries: the geometry is
+plain SVG drawn here; a small inline script adds hover tooltips and click-to-pin stack frames.
 
     python -m cudakit.memory_viz snapshot.pickle -o out.html
+
+When the inline script has wired everything up it marks ``<body data-rendered="ok"
+data-allocations=N data-blocks=M>`` (``data-rendered="error"`` plus ``data-error`` on a
+script error), so a headless browser can check the page.
 """
 from __future__ import annotations
 
@@ -15,7 +19,17 @@ import sys
 from typing import Any
 
 _PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
-            "#ff9da7", "#9c755f", "#bab0ac"]
+            "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8", "#a0cbe8", "#ffbe7d"]
+_BLOCK_COLORS = {"active_allocated": "#e15759", "active_pending_free": "#f28e2b",
+                 "inactive": "#e4e4e4"}
+# Bounds that keep the page small and fast for long traces (50k+ entries): the timeline is
+# sampled into at most _BUCKETS columns and only the _MAX_DRAWN largest allocations get their
+# own band (largest bytes x lifetime); the rest are one grey band on top of the stack.
+_BUCKETS = 600
+_MAX_DRAWN = 1500
+_W, _LEFT, _RIGHT = 1300, 80, 20          # timeline geometry (px)
+_H, _TOP, _BOTTOM = 380, 14, 46
+_SEG_LABEL_W, _SEG_ROW, _SEG_GAP = 330, 16, 5
 
 
 def _fmt(n: float) -> str:
@@ -35,136 +49,467 @@ def load(path: str) -> dict[str, Any]:
         snap = pickle.loads(data)
     if isinstance(snap, list):  # memory_snapshot() output: segments only
         snap = {"segments": snap, "device_traces": []}
+    if not isinstance(snap, dict) or "segments" not in snap:
+        raise ValueError(f"{path}: not a memory snapshot (expected a dict with 'segments'; "
+                         "write one with cudakit.memory._dump_snapshot())")
     return snap
 
 
-def _frames_text(frames: list[dict[str, Any]], limit: int = 8) -> str:
-    out = []
-    for fr in frames[:limit]:
-        out.append(f"{fr.get('name', '?')} ({fr.get('filename', '?')}:{fr.get('line', 0)})")
-    return "\n".join(out)
+class _Stacks:
+    """Deduplicated stack table: frame strings and stacks (lists of frame ids) are stored once
+    each, so 50k trace entries that share a few call sites cost a few kilobytes."""
+
+    def __init__(self) -> None:
+        self.frames: list[str] = []
+        self.stacks: list[list[int]] = [[]]
+        self._frame_id: dict[str, int] = {}
+        self._stack_id: dict[tuple[int, ...], int] = {(): 0}
+
+    def add(self, frames: list[dict[str, Any]] | None) -> int:
+        ids = []
+        for fr in frames or ():
+            s = f"{fr.get('name', '?')}  ({fr.get('filename', '?')}:{fr.get('line', 0)})"
+            i = self._frame_id.get(s)
+            if i is None:
+                i = self._frame_id[s] = len(self.frames)
+                self.frames.append(s)
+            ids.append(i)
+        key = tuple(ids)
+        sid = self._stack_id.get(key)
+        if sid is None:
+            sid = self._stack_id[key] = len(self.stacks)
+            self.stacks.append(ids)
+        return sid
 
 
-def timeline_svg(trace: list[dict[str, Any]], width: int = 1100, height: int = 360,
-                 buckets: int = 400) -> str:
-    """Allocated memory over time, each live allocation a band stacked in allocation order."""
-    allocs: dict[int, dict[str, Any]] = {}
-    events = []
+def _nice_step(span: float, target: int = 5) -> float:
+    raw = max(span, 1) / target
+    mag = 1.0
+    while mag * 10 <= raw:
+        mag *= 10
+    while mag > raw:
+        mag /= 10
+    for m in (1, 2, 2.5, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+def _byte_ticks(peak: float) -> list[float]:
+    """Y ticks at round values of the unit that fits `peak` (e.g. 0, 50, 100, 150 MiB)."""
+    unit = 1
+    while peak / unit >= 1024 and unit < 1024 ** 4:
+        unit *= 1024
+    step = _nice_step(peak / unit) * unit
+    ticks, v = [], 0.0
+    while v <= peak * 1.0001:
+        ticks.append(v)
+        v += step
+    return ticks
+
+
+def _trace_model(trace: list[dict[str, Any]], segs: list[dict[str, Any]],
+                 stacks: _Stacks) -> dict[str, Any]:
+    """Lifetimes of every allocation in `trace` plus the reserved-memory curve."""
+    n = len(trace)
+    allocs: list[list[Any]] = []  # [start, end, size, addr, stream, stack, pre_existing]
+    open_by_addr: dict[int, int] = {}
+    delta = [0] * (n + 1)          # allocated bytes change at event i
+    rdelta = [0] * n               # reserved bytes change at event i
+    ooms = []
     for i, e in enumerate(trace):
         a = e.get("action")
         if a == "alloc":
-            events.append((i, "alloc", e))
-        elif a in ("free_completed",):
-            events.append((i, "free", e))
-    if not events:
-        return "<p>No allocation trace (record with cudakit.memory._record_memory_history()).</p>"
-    n = len(trace)
-    lifetimes = []  # (start_idx, end_idx, size, addr, frames)
-    open_by_addr: dict[int, int] = {}
-    for i, kind, e in events:
-        if kind == "alloc":
-            open_by_addr[e["addr"]] = len(lifetimes)
-            lifetimes.append([i, n, e["size"], e["addr"], e.get("frames", [])])
-        else:
+            open_by_addr[e["addr"]] = len(allocs)
+            allocs.append([i, n, e["size"], e["addr"], e.get("stream", 0),
+                           stacks.add(e.get("frames")), 0])
+            delta[i] += e["size"]
+        elif a == "free_completed":
             k = open_by_addr.pop(e["addr"], None)
-            if k is not None:
-                lifetimes[k][1] = i
-    nb = min(buckets, n)
-    step = n / nb
-    bucket_of = lambda idx: min(nb - 1, int(idx / step))  # noqa: E731
-    # Live allocations per bucket, in allocation order → lower/upper bounds per allocation.
-    live_at: list[list[int]] = [[] for _ in range(nb)]
-    for k, (s, t, *_rest) in enumerate(lifetimes):
-        for b in range(bucket_of(s), bucket_of(max(s, t - 1)) + 1 if t < n else nb):
-            live_at[b].append(k)
-    totals = [sum(lifetimes[k][2] for k in ks) for ks in live_at]
-    peak = max(totals) or 1
-    bounds: dict[int, list[tuple[int, float, float]]] = {}
-    for b, ks in enumerate(live_at):
+            if k is None:  # allocated before recording started: alive since the beginning
+                allocs.append([0, i, e["size"], e["addr"], e.get("stream", 0),
+                               stacks.add(e.get("frames")), 1])
+                delta[0] += e["size"]
+                size = e["size"]
+            else:
+                allocs[k][1] = i
+                size = allocs[k][2]
+            delta[i] -= size
+        elif a in ("segment_alloc", "segment_map"):
+            rdelta[i] += e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            rdelta[i] -= e["size"]
+        elif a == "oom":
+            ooms.append((i, e.get("size", 0)))
+    # Blocks still allocated whose alloc is not in the trace (recorded before, or the ring
+    # buffer wrapped): alive over the whole window.
+    still_open = set(open_by_addr)
+    for s in segs:
+        for b in s.get("blocks", ()):
+            if b.get("state") == "active_allocated" and b["address"] not in still_open:
+                size = b.get("requested_size") or b["size"]
+                allocs.append([0, n, size, b["address"], s.get("stream", 0),
+                               stacks.add(b.get("frames")), 1])
+                delta[0] += size
+    allocs.sort(key=lambda r: (r[0], -r[6]))  # stack order: allocation order
+    total, acc = [0] * n, 0
+    for i in range(n):
+        acc += delta[i]
+        total[i] = acc
+    # Reserved memory is anchored at its known final value (the segments of the snapshot).
+    reserved, acc = [0] * n, sum(s["total_size"] for s in segs)
+    for i in range(n - 1, -1, -1):
+        reserved[i] = max(0, acc)
+        acc -= rdelta[i]
+    return {"n": n, "allocs": allocs, "total": total, "reserved": reserved, "ooms": ooms}
+
+
+def timeline_svg(trace: list[dict[str, Any]], segs: list[dict[str, Any]], stacks: _Stacks,
+                 device: int = 0) -> tuple[str, dict[str, Any]]:
+    """Allocated memory over the trace, each live allocation a band stacked in allocation
+    order. Returns the SVG and the data the script needs for tooltips."""
+    m = _trace_model(trace, segs, stacks)
+    n, allocs, total, reserved = m["n"], m["allocs"], m["total"], m["reserved"]
+    nb = max(1, min(_BUCKETS, n))
+    # Each column shows the instant of its largest total, so the drawn peak is the real peak.
+    samples = []
+    for b in range(nb):
+        lo, hi = b * n // nb, max(b * n // nb + 1, (b + 1) * n // nb)
+        best = max(range(lo, hi), key=total.__getitem__)
+        samples.append(best)
+    peak_alloc = max(total) if total else 0
+    ymax = max(peak_alloc, max(reserved) if reserved else 0, 1) * 1.05
+    ticks = _byte_ticks(ymax)
+    ymax = max(ymax, ticks[-1])
+    pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    xb = lambda b: _LEFT + pw * b / nb  # noqa: E731  left edge of column b
+    y = lambda v: _TOP + ph * (1 - v / ymax)  # noqa: E731
+
+    # Own bands for the allocations that cover the most of the chart (bytes x time alive).
+    order = sorted(range(len(allocs)),
+                   key=lambda k: (-allocs[k][2] * (allocs[k][1] - allocs[k][0]), allocs[k][0]))
+    drawn = set(order[:_MAX_DRAWN])
+    # Sweep the columns: the live drawn allocations in stack order give each its offset.
+    runs: dict[int, list[list[float]]] = {}  # k -> [[b_first, b_last, lo], ...]
+    events = sorted((allocs[k][0], k) for k in drawn)
+    live: dict[int, None] = {}
+    ei = 0
+    drawn_total = [0] * nb
+    for b, s in enumerate(samples):
+        while ei < len(events) and events[ei][0] <= s:
+            live[events[ei][1]] = None
+            ei += 1
         acc = 0
-        for k in ks:
-            lo = acc
-            acc += lifetimes[k][2]
-            bounds.setdefault(k, []).append((b, lo, acc))
-    x = lambda b: 60 + (width - 70) * b / max(1, nb - 1)  # noqa: E731
-    y = lambda v: 10 + (height - 40) * (1 - v / peak)  # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'class="timeline">']
-    for k, pts in bounds.items():
-        size, addr, frames = lifetimes[k][2], lifetimes[k][3], lifetimes[k][4]
-        if len(pts) == 1:
-            b, lo, hi = pts[0]
-            pts = [(b, lo, hi), (b + 0.9, lo, hi)]
-        upper = " ".join(f"{x(b):.1f},{y(hi):.1f}" for b, lo, hi in pts)
-        lower = " ".join(f"{x(b):.1f},{y(lo):.1f}" for b, lo, hi in reversed(pts))
-        title = html.escape(f"{_fmt(size)} at {addr:#x}\n{_frames_text(frames)}")
-        parts.append(f'<polygon points="{upper} {lower}" fill="{_PALETTE[k % len(_PALETTE)]}" '
-                     f'stroke="none"><title>{title}</title></polygon>')
-    for frac in (0, 0.25, 0.5, 0.75, 1.0):
-        yy = y(peak * frac)
-        parts.append(f'<line x1="58" x2="{width - 10}" y1="{yy:.1f}" y2="{yy:.1f}" '
-                     f'stroke="#ccc" stroke-width="0.5"/>')
-        parts.append(f'<text x="2" y="{yy + 4:.1f}" font-size="10">{_fmt(peak * frac)}</text>')
-    parts.append(f'<text x="60" y="{height - 8}" font-size="11">trace events 0 … {n} '
-                 f'(peak {_fmt(peak)})</text></svg>')
-    return "".join(parts)
+        dead = []
+        for k in live:
+            if allocs[k][1] <= s:
+                dead.append(k)
+                continue
+            r = runs.setdefault(k, [])
+            if r and r[-1][1] == b - 1 and r[-1][2] == acc:
+                r[-1][1] = b
+            else:
+                r.append([b, b, acc])
+            acc += allocs[k][2]
+        for k in dead:
+            del live[k]
+        drawn_total[b] = acc
+
+    p = [f'<svg width="{_W}" height="{_H}" class="timeline" '
+         f'data-device="{device}" data-buckets="{nb}" data-events="{n}">',
+         f'<rect class="plot" x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}" fill="#fafafa"/>']
+    for t in ticks:
+        yy = y(t)
+        p.append(f'<line x1="{_LEFT - 4}" x2="{_W - _RIGHT}" y1="{yy:.1f}" y2="{yy:.1f}" '
+                 f'stroke="#ddd" stroke-width="0.6"/>'
+                 f'<text x="{_LEFT - 6}" y="{yy + 3.5:.1f}" text-anchor="end" font-size="11">'
+                 f'{_fmt(t).replace(".0 ", " ")}</text>')
+    for k, rs in runs.items():
+        size = allocs[k][2]
+        up, down = [], []
+        for b0, b1, lo in rs:
+            x0, x1 = xb(b0), xb(b1 + 1)
+            up += [f"{x0:.1f},{y(lo + size):.1f}", f"{x1:.1f},{y(lo + size):.1f}"]
+            down += [f"{x0:.1f},{y(lo):.1f}", f"{x1:.1f},{y(lo):.1f}"]
+        p.append(f'<polygon class="alloc" data-k="{k}" points="{" ".join(up + down[::-1])}" '
+                 f'fill="{_PALETTE[k % len(_PALETTE)]}"/>')
+    # Allocations too small to get their own band: one band on top of the stack.
+    rest = [(b, drawn_total[b], total[s]) for b, s in enumerate(samples)
+            if total[s] > drawn_total[b]]
+    n_small = len(allocs) - len(drawn)
+    if rest and n_small:
+        up = " ".join(f"{xb(b):.1f},{y(t):.1f} {xb(b + 1):.1f},{y(t):.1f}" for b, _, t in rest)
+        down = " ".join(f"{xb(b + 1):.1f},{y(d):.1f} {xb(b):.1f},{y(d):.1f}"
+                        for b, d, _ in reversed(rest))
+        p.append(f'<polygon class="small" points="{up} {down}" fill="#b5b5b5" opacity="0.85"/>')
+    pts = " ".join(f"{xb(b):.1f},{y(reserved[s]):.1f} {xb(b + 1):.1f},{y(reserved[s]):.1f}"
+                   for b, s in enumerate(samples))
+    if pts:
+        p.append(f'<polyline class="reserved" points="{pts}" fill="none" stroke="#222" '
+                 f'stroke-width="1.2" stroke-dasharray="4 2"/>')
+    for i, size in m["ooms"]:
+        xx = _LEFT + pw * (i + 0.5) / max(1, n)
+        left = xx > _LEFT + pw * 0.8  # label on the side with room
+        p.append(f'<line class="oom" x1="{xx:.1f}" x2="{xx:.1f}" y1="{_TOP}" y2="{_TOP + ph}" '
+                 f'stroke="#d00" stroke-width="1.5"/><text x="{xx + (-3 if left else 3):.1f}" '
+                 f'y="{_TOP + 11}" font-size="11" fill="#d00" '
+                 f'text-anchor="{"end" if left else "start"}">OOM ({_fmt(size)} requested)</text>')
+    # X axis: event index, with the time since the first event where the trace has times.
+    t0 = trace[0].get("time_us") if trace else None
+    step = _nice_step(n)
+    v = 0.0
+    while v <= n:
+        xx = _LEFT + pw * v / max(1, n)
+        idx = min(n - 1, int(v))
+        label = f"#{int(v)}"
+        if t0 is not None and trace and trace[idx].get("time_us") is not None:
+            label += f" (+{(trace[idx]['time_us'] - t0) / 1000:.1f} ms)"
+        p.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{_TOP + ph}" y2="{_TOP + ph + 4}" '
+                 f'stroke="#555"/><text x="{xx:.1f}" y="{_TOP + ph + 16}" font-size="10" '
+                 f'text-anchor="middle">{label}</text>')
+        v += step
+    p.append(f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{_TOP + ph}" y2="{_TOP + ph}" stroke="#555"/>'
+             f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{_TOP + ph}" stroke="#555"/>'
+             f'<text x="{_LEFT + pw / 2}" y="{_H - 8}" font-size="12" text-anchor="middle">'
+             f'trace event # (time since the first recorded event)</text>'
+             f'<text x="14" y="{_TOP + ph / 2}" font-size="12" text-anchor="middle" '
+             f'transform="rotate(-90 14 {_TOP + ph / 2})">allocated memory</text>'
+             f'<line class="cursor" x1="0" x2="0" y1="{_TOP}" y2="{_TOP + ph}" stroke="#000" '
+             f'stroke-width="0.6" visibility="hidden"/></svg>')
+    t_first = trace[0].get("time_us", 0) if trace else 0
+    data = {
+        "device": device, "n": n, "drawn": len(runs), "small": n_small,
+        "peak": peak_alloc,
+        # [start, end(-1: alive), size, addr, stream, stack, pre_existing, start_ms]
+        "allocs": [[a[0], -1 if a[1] >= n else a[1], a[2], f"{a[3]:#x}", f"{a[4]:#x}", a[5],
+                    a[6], round((trace[a[0]].get("time_us", t_first) - t_first) / 1000, 3)
+                    if trace else 0] for a in allocs],
+        "samples": samples, "total": [total[s] for s in samples],
+        "reserved": [reserved[s] for s in samples],
+    }
+    return "".join(p), data
 
 
-def segments_svg(segments: list[dict[str, Any]], width: int = 1100) -> str:
-    """One row per segment: blocks as rectangles, width proportional to size in the row."""
-    if not segments:
-        return "<p>No segments.</p>"
-    colors = {"active_allocated": "#e15759", "active_pending_free": "#f28e2b", "inactive": "#d9d9d9"}
-    row_h, gap = 18, 4
-    height = len(segments) * (row_h + gap) + 10
-    biggest = max(s["total_size"] for s in segments) or 1
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" class="segments">']
-    for i, seg in enumerate(sorted(segments, key=lambda s: (s.get("device", 0), s["address"]))):
-        y0 = 5 + i * (row_h + gap)
-        seg_w = max(4.0, (width - 240) * seg["total_size"] / biggest)
-        label = (f'{seg["address"]:#x} {_fmt(seg["total_size"])} {seg.get("segment_type", "")}'
-                 f'{" exp" if seg.get("is_expandable") else ""}')
-        parts.append(f'<text x="2" y="{y0 + 13}" font-size="10">{html.escape(label)}</text>')
-        xpos = 230.0
-        for b in seg["blocks"]:
-            w = seg_w * b["size"] / max(1, seg["total_size"])
-            title = html.escape(f'{b["state"]} {_fmt(b["size"])} at {b["address"]:#x}\n'
-                                f'{_frames_text(b.get("frames", []))}')
-            parts.append(f'<rect x="{xpos:.2f}" y="{y0}" width="{max(w, 0.5):.2f}" height="{row_h}" '
-                         f'fill="{colors.get(b["state"], "#999")}" stroke="#fff" stroke-width="0.3">'
-                         f'<title>{title}</title></rect>')
-            xpos += w
-    parts.append("</svg>")
-    return "".join(parts)
+def segments_svg(segments: list[dict[str, Any]], stacks: _Stacks, device: int = 0
+                 ) -> tuple[str, list[list[Any]]]:
+    """One row per segment, full width: its blocks as rectangles proportional to their size
+    within the segment (the label gives the segment's own size)."""
+    segs = sorted(segments, key=lambda s: s["address"])
+    height = len(segs) * (_SEG_ROW + _SEG_GAP) + 8
+    bar_w = _W - _SEG_LABEL_W - _RIGHT
+    blocks: list[list[Any]] = []  # [state, size, requested, addr, offset, stack, seg_row]
+    rows: list[list[Any]] = []    # [addr, size, allocated, type, expandable, stream, pool]
+    streams: dict[int, str] = {}
+    p = [f'<svg width="{_W}" height="{height}" '
+         f'class="segments" data-device="{device}">']
+    for i, seg in enumerate(segs):
+        y0 = 4 + i * (_SEG_ROW + _SEG_GAP)
+        total = max(1, seg["total_size"])
+        used = seg.get("allocated_size", 0)
+        pool = tuple(seg.get("segment_pool_id", (0, 0)))
+        stream = seg.get("stream", 0)
+        tag = streams.setdefault(stream, f"s{len(streams)}")
+        flags = ("exp " if seg.get("is_expandable") else "") + ("" if pool == (0, 0) else "pool")
+        label = (f'{seg["address"]:#x} {_fmt(seg["total_size"]):>10} {100 * used / total:3.0f}% '
+                 f'{tag:<3} {flags}')
+        rows.append([f'{seg["address"]:#x}', seg["total_size"], used,
+                     seg.get("segment_type", ""), bool(seg.get("is_expandable")), f"{stream:#x}",
+                     list(pool)])
+        p.append(f'<g class="seg" data-row="{i}"><text class="seglabel" data-row="{i}" x="2" '
+                 f'y="{y0 + 12}" font-size="11" font-family="monospace" xml:space="preserve">'
+                 f'{html.escape(label)}</text>'
+                 f'<rect x="{_SEG_LABEL_W}" y="{y0}" width="{bar_w}" height="{_SEG_ROW}" '
+                 f'fill="none" stroke="#999" stroke-width="0.5"/>')
+        off = 0
+        for b in seg.get("blocks", ()):
+            x0 = _SEG_LABEL_W + bar_w * off / total
+            w = max(bar_w * b["size"] / total, 0.6)
+            k = len(blocks)
+            blocks.append([b["state"], b["size"], b.get("requested_size", b["size"]),
+                           f'{b["address"]:#x}', off, stacks.add(b.get("frames")), i])
+            p.append(f'<rect class="block" data-b="{k}" x="{x0:.2f}" y="{y0}" width="{w:.2f}" '
+                     f'height="{_SEG_ROW}" fill="{_BLOCK_COLORS.get(b["state"], "#999")}" '
+                     f'stroke="#fff" stroke-width="0.4"/>')
+            off += b["size"]
+        p.append("</g>")
+    p.append("</svg>")
+    legend = ", ".join(f"{tag} = stream {st:#x}" for st, tag in streams.items())
+    return "".join(p), {"device": device, "blocks": blocks, "rows": rows, "streams": legend}
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:16px;color:#222}
+h2{margin:22px 0 6px;font-size:17px} .sub{color:#555;font-size:13px;margin:2px 0 8px}
+svg{display:block;border:1px solid #e4e4e4;margin-bottom:6px;background:#fff}
+.legend span{display:inline-block;margin-right:14px;font-size:13px}
+.sw{display:inline-block;width:12px;height:12px;vertical-align:-1px;margin-right:4px}
+#tip{position:fixed;pointer-events:none;background:#fffff0;border:1px solid #999;padding:6px 8px;
+ font:12px monospace;white-space:pre;max-width:900px;overflow:hidden;display:none;z-index:9;
+ box-shadow:2px 2px 6px rgba(0,0,0,.2)}
+#detail{font:12px monospace;white-space:pre-wrap;background:#f6f6f6;border:1px solid #ddd;
+ padding:8px;min-height:1.5em}
+.status{font:12px monospace;color:#333;height:1.4em}
+polygon.alloc:hover,rect.block:hover{stroke:#000;stroke-width:1}
+#err{color:#b00;font-weight:bold}
+"""
+
+_JS = r"""
+(function(){
+var body=document.body;
+window.addEventListener('error',function(ev){
+  body.setAttribute('data-rendered','error');
+  body.setAttribute('data-error',String(ev.message||ev.error));
+  var e=document.getElementById('err'); if(e) e.textContent='Script error: '+ev.message;
+});
+var D=JSON.parse(document.getElementById('ckdata').textContent);
+function fmt(n){var u=['B','KiB','MiB','GiB','TiB'],i=0;
+  while(Math.abs(n)>=1024&&i<4){n/=1024;i++;} return i?n.toFixed(1)+' '+u[i]:n+' B';}
+function stack(id,limit){var s=D.stacks[id]||[],out=[];
+  for(var i=0;i<s.length&&i<limit;i++) out.push('  '+D.frames[s[i]]);
+  if(s.length>limit) out.push('  ... '+(s.length-limit)+' more frames (click to see all)');
+  return out.length?out.join('\n'):'  (no stack recorded: _record_memory_history(context="all"))';}
+function allocText(t,k,limit){var a=t.allocs[k];
+  return fmt(a[2])+' allocation at '+a[3]+' on stream '+a[4]+'\n'+
+   (a[6]?'allocated before recording started':'allocated at event #'+a[0]+' (+'+a[7]+' ms)')+
+   ', '+(a[1]<0?'still allocated':'freed at event #'+a[1])+'\n'+stack(a[5],limit);}
+function blockText(d,k,limit){var b=d.blocks[k];
+  var st={active_allocated:'allocated',active_pending_free:'freed, waiting for stream events',inactive:'free (cached)'}[b[0]]||b[0];
+  return fmt(b[1])+' block at '+b[3]+' (offset '+fmt(b[4])+' in its segment): '+st+
+   (b[0]==='inactive'?'':'\nrequested '+fmt(b[2]))+'\n'+stack(b[5],limit);}
+var tip=document.getElementById('tip'),detail=document.getElementById('detail');
+function show(ev,text){tip.textContent=text;tip.style.display='block';
+  var x=ev.clientX+14,y=ev.clientY+14,r=tip.getBoundingClientRect();
+  if(x+r.width>innerWidth) x=Math.max(0,ev.clientX-r.width-10);
+  if(y+r.height>innerHeight) y=Math.max(0,ev.clientY-r.height-10);
+  tip.style.left=x+'px';tip.style.top=y+'px';}
+function hide(){tip.style.display='none';}
+var nAllocs=0,nPolys=0,nBlocks=0;
+D.timelines.forEach(function(t){
+  var svg=document.querySelector('svg.timeline[data-device="'+t.device+'"]');
+  var status=document.getElementById('status'+t.device),cur=svg.querySelector('line.cursor');
+  var plot=svg.querySelector('rect.plot'),x0=+plot.getAttribute('x'),pw=+plot.getAttribute('width');
+  nAllocs+=t.allocs.length;
+  svg.querySelectorAll('polygon.alloc').forEach(function(p){nPolys++;
+    var k=+p.getAttribute('data-k');
+    p.addEventListener('mousemove',function(ev){show(ev,allocText(t,k,8));});
+    p.addEventListener('mouseleave',hide);
+    p.addEventListener('click',function(){detail.textContent=allocText(t,k,1e9);});});
+  var small=svg.querySelector('polygon.small');
+  if(small){small.addEventListener('mousemove',function(ev){show(ev,t.small+
+    ' other allocations (smaller or short-lived), merged into one band; the '+t.drawn+
+    ' that cover the most of the chart have their own');});
+    small.addEventListener('mouseleave',hide);}
+  svg.addEventListener('mousemove',function(ev){
+    var r=svg.getBoundingClientRect(),x=ev.clientX-r.left,b=Math.floor((x-x0)/pw*t.samples.length);
+    if(b<0||b>=t.samples.length){cur.setAttribute('visibility','hidden');return;}
+    cur.setAttribute('x1',x);cur.setAttribute('x2',x);cur.setAttribute('visibility','visible');
+    status.textContent='event #'+t.samples[b]+': allocated '+fmt(t.total[b])+
+      ', reserved '+fmt(t.reserved[b]);});
+});
+D.segmaps.forEach(function(d){
+  var svg=document.querySelector('svg.segments[data-device="'+d.device+'"]');
+  svg.querySelectorAll('text.seglabel').forEach(function(l){
+    var r=d.rows[+l.getAttribute('data-row')];
+    l.addEventListener('mousemove',function(ev){show(ev,'segment at '+r[0]+': '+fmt(r[1])+' ('+r[3]+
+      (r[4]?', expandable':'')+'), '+fmt(r[2])+' allocated\nstream '+r[5]+', pool ('+r[6].join(', ')+')'+
+      (r[6][0]||r[6][1]?' (private MemPool)':' (default pool)'));});
+    l.addEventListener('mouseleave',hide);});
+  svg.querySelectorAll('rect.block').forEach(function(r){nBlocks++;
+    var k=+r.getAttribute('data-b');
+    r.addEventListener('mousemove',function(ev){show(ev,blockText(d,k,8));});
+    r.addEventListener('mouseleave',hide);
+    r.addEventListener('click',function(){detail.textContent=blockText(d,k,1e9);});});
+});
+var want=D.segmaps.reduce(function(s,d){return s+d.blocks.length;},0);
+if(nBlocks!==want) throw new Error('drew '+nBlocks+' of '+want+' blocks');
+var wantPolys=D.timelines.reduce(function(s,t){return s+t.drawn;},0);
+if(nPolys!==wantPolys) throw new Error('drew '+nPolys+' of '+wantPolys+' allocation bands');
+body.setAttribute('data-allocations',nAllocs);
+body.setAttribute('data-blocks',nBlocks);
+body.setAttribute('data-bands',nPolys);
+if(body.getAttribute('data-rendered')!=='error') body.setAttribute('data-rendered','ok');
+})();
+"""
 
 
 def to_html(snap: dict[str, Any], title: str = "cudakit memory snapshot") -> str:
-    segs = snap.get("segments", [])
-    traces = snap.get("device_traces", [])
+    segs = snap.get("segments", []) or []
+    traces = snap.get("device_traces", []) or []
+    stacks = _Stacks()
+    devices = sorted({s.get("device", 0) for s in segs} |
+                     {d for d, t in enumerate(traces) if t})
     allocated = sum(s.get("allocated_size", 0) for s in segs)
     reserved = sum(s.get("total_size", 0) for s in segs)
+    n_events = sum(len(t) for t in traces)
+    settings = snap.get("allocator_settings") or {}
     body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p>{len(segs)} segments, reserved {_fmt(reserved)}, allocated {_fmt(allocated)}</p>"]
-    for dev, trace in enumerate(traces):
+            f'<p class="sub">{len(segs)} segments on {len(devices)} device(s): reserved '
+            f"{_fmt(reserved)}, allocated {_fmt(allocated)}; {n_events} trace events"
+            + (f"; settings {html.escape(json.dumps(settings))}" if settings else "")
+            + '</p><p id="err"></p>']
+    timelines, segmaps = [], []
+    for dev in devices:
+        dev_segs = [s for s in segs if s.get("device", 0) == dev]
+        trace = traces[dev] if dev < len(traces) else []
+        body.append(f"<h2>Device {dev}: allocated memory over time</h2>")
         if trace:
-            body.append(f"<h2>Device {dev}: allocated memory over time</h2>")
-            body.append(timeline_svg(trace))
-    body.append("<h2>Segments</h2><p><span style='color:#e15759'>■</span> allocated "
-                "<span style='color:#f28e2b'>■</span> pending free (stream events) "
-                "<span style='color:#999'>■</span> free (cached)</p>")
-    body.append(segments_svg(segs))
+            svg, data = timeline_svg(trace, dev_segs, stacks, dev)
+            body.append(
+                '<div class="legend"><span>each coloured band is one allocation (hover: size '
+                'and stack; click: full stack below)</span><span><i class="sw" '
+                'style="background:#b5b5b5"></i>other allocations (smaller or short-lived), merged</span><span>'
+                '<svg width="26" height="10" style="display:inline;border:0;margin:0">'
+                '<line x1="0" x2="26" y1="5" y2="5" stroke="#222" stroke-dasharray="4 2"/>'
+                '</svg> reserved (segments)</span><span style="color:#d00">| OOM</span></div>'
+                f'<p class="sub">peak allocated {_fmt(data["peak"])}; {len(data["allocs"])} '
+                f'allocations, {data["drawn"]} drawn as their own band</p>')
+            body.append(svg + f'<div class="status" id="status{dev}"></div>')
+            timelines.append(data)
+        else:
+            body.append('<p class="sub">No allocation trace for this device (record one with '
+                        'cudakit.memory._record_memory_history()).</p>')
+        body.append(f"<h2>Device {dev}: segments</h2>")
+        if dev_segs:
+            body.append('<div class="legend">' + "".join(
+                f'<span><i class="sw" style="background:{c}"></i>{n}</span>' for n, c in (
+                    ("allocated", _BLOCK_COLORS["active_allocated"]),
+                    ("freed, pending stream use", _BLOCK_COLORS["active_pending_free"]),
+                    ("free (cached)", _BLOCK_COLORS["inactive"])))
+                + "<span>one row per segment, blocks to scale within it; hover a block for "
+                "its stack</span></div>")
+            svg, segmap = segments_svg(dev_segs, stacks, dev)
+            body.append('<p class="sub">label: address, size, % allocated, stream '
+                        f'({html.escape(segmap["streams"])}), exp = expandable segment, pool = '
+                        'private MemPool; hover the label for details</p>' + svg)
+            segmaps.append(segmap)
+        else:
+            body.append('<p class="sub">No segments (nothing reserved on this device).</p>')
+    if not devices:
+        body.append('<p class="sub">Empty snapshot: no segments and no trace. Record with '
+                    "cudakit.memory._record_memory_history() before allocating.</p>")
+    body.append('<h2>Selected allocation / block</h2><div id="detail">click a band or a '
+                'block to see its full stack here</div><div id="tip"></div>')
+    data = {"frames": stacks.frames, "stacks": stacks.stacks, "timelines": timelines,
+            "segmaps": segmaps}
+    # '<' escaped so no string in the data can close the <script> element.
+    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) +
-            "</title><style>body{font-family:sans-serif;margin:16px} svg{display:block;"
-            "border:1px solid #eee;margin-bottom:16px}</style></head><body>" + "".join(body) +
-            "</body></html>")
+            "</title><style>" + _CSS + "</style></head><body data-rendered='pending'>" +
+            "".join(body) + '<script type="application/json" id="ckdata">' + blob +
+            "</script><script>" + _JS + "</script></body></html>")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cudakit.memory_viz", description=__doc__.split("\n\n")[0])
-    ap.add_argument("snapshot", help="snapshot .pickle or .json")
+    ap = argparse.ArgumentParser(prog="python -m cudakit.memory_viz",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("snapshot", help="snapshot .pickle or .json (cudakit.memory._dump_snapshot)")
     ap.add_argument("-o", "--output", default=None, help="output HTML (default: <snapshot>.html)")
     args = ap.parse_args(argv)
-    snap = load(args.snapshot)
+    try:
+        snap = load(args.snapshot)
+    except (OSError, ValueError, pickle.UnpicklingError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     out = args.output or args.snapshot.rsplit(".", 1)[0] + ".html"
     with open(out, "w", encoding="utf-8") as f:
         f.write(to_html(snap, title=args.snapshot))
