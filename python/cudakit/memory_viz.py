@@ -195,6 +195,7 @@ def timeline_svg(trace: list[dict[str, Any]], segs: list[dict[str, Any]], stacks
     live: dict[int, None] = {}
     ei = 0
     drawn_total = [0] * nb
+    half_px = ymax / ph / 2
     for b, s in enumerate(samples):
         while ei < len(events) and events[ei][0] <= s:
             live[events[ei][1]] = None
@@ -206,7 +207,9 @@ def timeline_svg(trace: list[dict[str, Any]], segs: list[dict[str, Any]], stacks
                 dead.append(k)
                 continue
             r = runs.setdefault(k, [])
-            if r and r[-1][1] == b - 1 and r[-1][2] == acc:
+            # A band only gets a new step where its offset moves by half a pixel or more:
+            # long-lived bands under churn would otherwise step in every column.
+            if r and r[-1][1] == b - 1 and abs(r[-1][2] - acc) < half_px:
                 r[-1][1] = b
             else:
                 r.append([b, b, acc])
@@ -254,16 +257,23 @@ def timeline_svg(trace: list[dict[str, Any]], segs: list[dict[str, Any]], stacks
                  f'stroke="#d00" stroke-width="1.5"/><text x="{xx + (-3 if left else 3):.1f}" '
                  f'y="{_TOP + 11}" font-size="11" fill="#d00" '
                  f'text-anchor="{"end" if left else "start"}">OOM ({_fmt(size)} requested)</text>')
-    # X axis: event index, with the time since the first event where the trace has times.
-    t0 = trace[0].get("time_us") if trace else None
+    # X axis: event index, with the time since the first event where the trace has times
+    # (a running maximum: an entry may carry the time its stack was captured, which for a
+    # free can be the time of its allocation).
+    times, tmax = [], None
+    for e in trace:
+        t = e.get("time_us")
+        if t is not None:
+            tmax = t if tmax is None else max(tmax, t)
+        times.append(tmax)
+    t0 = next((t for t in times if t is not None), None)
     step = _nice_step(n)
     v = 0.0
-    while v <= n:
+    while v < n:
         xx = _LEFT + pw * v / max(1, n)
-        idx = min(n - 1, int(v))
         label = f"#{int(v)}"
-        if t0 is not None and trace and trace[idx].get("time_us") is not None:
-            label += f" (+{(trace[idx]['time_us'] - t0) / 1000:.1f} ms)"
+        if t0 is not None and times[int(v)] is not None:
+            label += f" (+{(times[int(v)] - t0) / 1000:.1f} ms)"
         p.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{_TOP + ph}" y2="{_TOP + ph + 4}" '
                  f'stroke="#555"/><text x="{xx:.1f}" y="{_TOP + ph + 16}" font-size="10" '
                  f'text-anchor="middle">{label}</text>')
@@ -273,17 +283,16 @@ def timeline_svg(trace: list[dict[str, Any]], segs: list[dict[str, Any]], stacks
              f'<text x="{_LEFT + pw / 2}" y="{_H - 8}" font-size="12" text-anchor="middle">'
              f'trace event # (time since the first recorded event)</text>'
              f'<text x="14" y="{_TOP + ph / 2}" font-size="12" text-anchor="middle" '
-             f'transform="rotate(-90 14 {_TOP + ph / 2})">allocated memory</text>'
+             f'transform="rotate(-90 14 {_TOP + ph / 2})">memory</text>'
              f'<line class="cursor" x1="0" x2="0" y1="{_TOP}" y2="{_TOP + ph}" stroke="#000" '
              f'stroke-width="0.6" visibility="hidden"/></svg>')
-    t_first = trace[0].get("time_us", 0) if trace else 0
+    t_first = t0 or 0
     data = {
         "device": device, "n": n, "drawn": len(runs), "small": n_small,
-        "peak": peak_alloc,
+        "peak": peak_alloc, "ooms": len(m["ooms"]),
         # [start, end(-1: alive), size, addr, stream, stack, pre_existing, start_ms]
         "allocs": [[a[0], -1 if a[1] >= n else a[1], a[2], f"{a[3]:#x}", f"{a[4]:#x}", a[5],
-                    a[6], round((trace[a[0]].get("time_us", t_first) - t_first) / 1000, 3)
-                    if trace else 0] for a in allocs],
+                    a[6], round(((times[a[0]] or t_first) - t_first) / 1000, 3)] for a in allocs],
         "samples": samples, "total": [total[s] for s in samples],
         "reserved": [reserved[s] for s in samples],
     }
@@ -460,7 +469,9 @@ def to_html(snap: dict[str, Any], title: str = "cudakit memory snapshot") -> str
                 'style="background:#b5b5b5"></i>other allocations (smaller or short-lived), merged</span><span>'
                 '<svg width="26" height="10" style="display:inline;border:0;margin:0">'
                 '<line x1="0" x2="26" y1="5" y2="5" stroke="#222" stroke-dasharray="4 2"/>'
-                '</svg> reserved (segments)</span><span style="color:#d00">| OOM</span></div>'
+                '</svg> reserved (segments)</span>'
+                + ('<span style="color:#d00">| out-of-memory error</span>' if data["ooms"] else '')
+                + '</div>'
                 f'<p class="sub">peak allocated {_fmt(data["peak"])}; {len(data["allocs"])} '
                 f'allocations, {data["drawn"]} drawn as their own band</p>')
             body.append(svg + f'<div class="status" id="status{dev}"></div>')
