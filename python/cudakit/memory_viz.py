@@ -319,7 +319,8 @@ def segments_svg(segments: list[dict[str, Any]], stacks: _Stacks, device: int = 
         stream = seg.get("stream", 0)
         tag = streams.setdefault(stream, f"s{len(streams)}")
         flags = ("exp " if seg.get("is_expandable") else "") + ("" if pool == (0, 0) else "pool")
-        label = (f'{seg["address"]:#x} {_fmt(seg["total_size"]):>10} {100 * used / total:3.0f}% '
+        pct = f"{100 * used / total:3.0f}%" if used == 0 or used * 100 >= total else " <1%"
+        label = (f'{seg["address"]:#x} {_fmt(seg["total_size"]):>10} {pct} '
                  f'{tag:<3} {flags}')
         rows.append([f'{seg["address"]:#x}', seg["total_size"], used,
                      seg.get("segment_type", ""), bool(seg.get("is_expandable")), f"{stream:#x}",
@@ -332,7 +333,8 @@ def segments_svg(segments: list[dict[str, Any]], stacks: _Stacks, device: int = 
         off = 0
         for b in seg.get("blocks", ()):
             x0 = _SEG_LABEL_W + bar_w * off / total
-            w = max(bar_w * b["size"] / total, 0.6)
+            # used blocks stay visible (2 px) however small they are in their segment
+            w = max(bar_w * b["size"] / total, 0.6 if b["state"] == "inactive" else 2.0)
             k = len(blocks)
             blocks.append([b["state"], b["size"], b.get("requested_size", b["size"]),
                            f'{b["address"]:#x}', off, stacks.add(b.get("frames")), i])
