@@ -14,12 +14,6 @@
 
 namespace cudakit::memory {
 
-bool BlockLess::operator()(const Block* a, const Block* b) const noexcept {
-  if (a->stream != b->stream)
-    return reinterpret_cast<std::uintptr_t>(a->stream) < reinterpret_cast<std::uintptr_t>(b->stream);
-  if (a->size != b->size) return a->size < b->size;
-  return a->ptr < b->ptr;
-}
 bool BlockAddrLess::operator()(const Block* a, const Block* b) const noexcept {
   if (a->stream != b->stream)
     return reinterpret_cast<std::uintptr_t>(a->stream) < reinterpret_cast<std::uintptr_t>(b->stream);
@@ -112,16 +106,12 @@ BlockPool& DeviceAllocator::pool_for(std::size_t size, detail::StreamHandle stre
 
 Block* DeviceAllocator::get_free_block(BlockPool& pool, std::size_t size,
                                        detail::StreamHandle stream) {
-  Block key;
-  key.stream = stream;
-  key.size = size;
-  auto it = pool.blocks.lower_bound(&key);
-  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
-  Block* b = *it;
+  Block* b = pool.blocks.best_fit(stream, size);
+  if (!b) return nullptr;
   // Oversize blocks are kept whole for large requests (max_split_size semantics).
   if (size < cfg_.max_split_size && b->size >= cfg_.max_split_size) return nullptr;
   if (size >= cfg_.max_split_size && b->size >= size + cfg_.max_non_split_rounding) return nullptr;
-  pool.blocks.erase(it);
+  pool.blocks.erase(b);
   return b;
 }
 
@@ -244,7 +234,8 @@ Block* DeviceAllocator::quick_take(std::size_t size, std::size_t orig_size,
   QuickSlot& q = quick_[quick_index(stream, size)];
   if (q.n == 0 || q.size != size || q.stream != stream) return nullptr;
   Block* b = q.blocks[--q.n];
-  --quick_blocks_;
+  if (--quick_blocks_ == 0) quick_any_parked_.store(false, std::memory_order_relaxed);
+  ++quick_hits_;
   quick_bytes_ -= b->size;
   b->parked = false;
   b->requested = orig_size;
@@ -288,6 +279,14 @@ int DeviceAllocator::quick_put(void* ptr) {
   q.blocks[q.n++] = b;
   ++quick_blocks_;
   quick_bytes_ += b->size;
+  quick_any_parked_.store(true, std::memory_order_relaxed);
+  if (++quick_parks_ == kQuickWindow) {
+    if (quick_hits_ < kQuickMinHits) {
+      quick_pause_ = kQuickPause;
+      quick_paused_.store(true, std::memory_order_relaxed);
+    }
+    quick_parks_ = quick_hits_ = 0;
+  }
   account_free(b, b->pool->is_small);
   b->parked = true;
   b->context.reset();
@@ -307,10 +306,11 @@ void DeviceAllocator::quick_flush() {
   }
   quick_blocks_ = 0;
   quick_bytes_ = 0;
+  quick_any_parked_.store(false, std::memory_order_relaxed);
 }
 
 Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream) {
-  if (quick_fast_path_ok()) {
+  if (quick_any_parked_.load(std::memory_order_relaxed) && quick_fast_path_ok()) {
     if (Block* b = quick_take(round_size(orig_size), orig_size, stream)) return b;
   }
   AllLock lock(mutex_, fast_lock_);
@@ -441,11 +441,12 @@ Block* DeviceAllocator::finish_alloc(Block* b, BlockPool& pool, std::size_t size
 }
 
 bool DeviceAllocator::free(void* ptr) {
-  if (quick_fast_path_ok()) {
+  if (!quick_paused_.load(std::memory_order_relaxed) && quick_fast_path_ok()) {
     const int r = quick_put(ptr);
     if (r >= 0) return r == 1;
   }
   AllLock lock(mutex_, fast_lock_);
+  if (quick_pause_ > 0 && --quick_pause_ == 0) quick_paused_.store(false, std::memory_order_relaxed);
   auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == active_.end() || it->second->parked) return false;
   make_room_in_quick_cache(it->second->size);
@@ -488,7 +489,11 @@ bool DeviceAllocator::free(void* ptr) {
 }
 
 void DeviceAllocator::merge(Block* dst, Block* src) {
-  // src is a free neighbour of dst; absorb it.
+  // src is a free neighbour of dst; absorb it. Only a segment's first block can be a head
+  // (the cheap test spares a hash lookup on almost every merge).
+  if (src == dst->prev && !src->prev && !src->expandable && segment_heads_.erase(src)) {
+    segment_heads_.insert(dst);
+  }
   if (src == dst->prev) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -498,7 +503,6 @@ void DeviceAllocator::merge(Block* dst, Block* src) {
     if (dst->next) dst->next->prev = dst;
   }
   dst->size += src->size;
-  if (segment_heads_.erase(src)) segment_heads_.insert(dst);
   if (src->expandable && src->expandable->first == src) src->expandable->first = dst;
   recycle(src);
 }
@@ -587,13 +591,9 @@ void DeviceAllocator::release_segment(Block* head) {
 }
 
 void DeviceAllocator::release_pool_blocks(BlockPool& pool) {
-  for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
-    Block* b = *it;
-    if (b->is_split() && !b->expandable) {
-      ++it;
-      continue;
-    }
-    it = pool.blocks.erase(it);
+  for (Block* b : pool.blocks.blocks()) {
+    if (b->is_split() && !b->expandable) continue;
+    pool.blocks.erase(b);
     if (b->expandable) {
       unmap_free_pages(b);
     } else {
@@ -610,7 +610,7 @@ bool DeviceAllocator::release_available(BlockPool& pool, std::size_t size) {
     return true;
   }
   std::vector<Block*> candidates;
-  for (Block* b : pool.blocks)
+  for (Block* b : pool.blocks.blocks())
     if (!b->is_split() && !b->expandable) candidates.push_back(b);
   if (candidates.empty()) return false;
   std::sort(candidates.begin(), candidates.end(),
@@ -657,7 +657,7 @@ void DeviceAllocator::garbage_collect() {
   // Release whole cached segments, largest first, until under the threshold.
   for (BlockPool* pool : {&large_, &small_}) {
     std::vector<Block*> v;
-    for (Block* b : pool->blocks)
+    for (Block* b : pool->blocks.blocks())
       if (!b->is_split() && !b->expandable) v.push_back(b);
     std::sort(v.begin(), v.end(), [](Block* a, Block* b) { return a->size > b->size; });
     for (Block* b : v) {

@@ -49,6 +49,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/config.hpp"
+#include "memory/free_index.hpp"
 
 namespace cudakit::memory {
 
@@ -145,17 +146,14 @@ class PluggedAllocator;
 struct ExpandableSegment;
 struct HistoryContext;
 
-struct BlockLess {
-  bool operator()(const Block* a, const Block* b) const noexcept;
-};
 struct BlockAddrLess {
   bool operator()(const Block* a, const Block* b) const noexcept;
 };
 
 struct BlockPool {
   BlockPool(bool small, PrivatePool* owner, std::pmr::memory_resource* r)
-      : blocks(r), unmapped(r), is_small(small), owner(owner) {}
-  std::pmr::set<Block*, BlockLess> blocks;        // free, mapped
+      : unmapped(r), is_small(small), owner(owner) {}
+  FreeBlockIndex blocks;                          // free, mapped
   std::pmr::set<Block*, BlockAddrLess> unmapped;  // free, unmapped (expandable segments)
   bool is_small;
   PrivatePool* owner;  // nullptr for the default pools
@@ -179,6 +177,11 @@ struct Block {
   std::uint64_t segment_id = 0;  // id of the segment (head block) for snapshots
   std::vector<detail::StreamHandle> stream_uses;  // keeps capacity across reuse
   std::shared_ptr<HistoryContext> context;        // allocation context (history on)
+  // Membership of BlockPool::blocks (FreeBlockIndex's intrusive list).
+  Block* free_prev = nullptr;
+  Block* free_next = nullptr;
+  void* free_bins = nullptr;
+  unsigned free_bin = 0;
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
 };
 
@@ -338,6 +341,17 @@ class DeviceAllocator {
   QuickSlot quick_[kQuickSlots];
   std::size_t quick_bytes_ = 0;
   int quick_blocks_ = 0;
+  // Adaptivity: when fewer than a quarter of the last kQuickWindow parked blocks were taken
+  // back (mixed sizes: the next request rarely matches), parking only adds a park + flush to
+  // every free, so it pauses for kQuickPause frees, then tries again.
+  static constexpr int kQuickWindow = 256;
+  static constexpr int kQuickMinHits = kQuickWindow / 4;
+  static constexpr int kQuickPause = 4096;
+  int quick_parks_ = 0, quick_hits_ = 0, quick_pause_ = 0;
+  // Lock-free hints read before taking fast_lock_ (written under it): "something is parked"
+  // and "parking paused", so a miss costs no lock. A stale read only means one slow path.
+  std::atomic<bool> quick_any_parked_{false};
+  std::atomic<bool> quick_paused_{false};
   SpinLock fast_lock_;
 
   const int device_;

@@ -123,7 +123,7 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want) {
   // moves to where it is needed instead of growing the footprint.
   std::vector<Block*> v;
   for (BlockPool* pool : {&large_, &small_})
-    for (Block* b : pool->blocks)
+    for (Block* b : pool->blocks.blocks())
       if (b->expandable && b->size >= b->expandable->page_) v.push_back(b);
   std::sort(v.begin(), v.end(), [](Block* a, Block* b) { return a->size > b->size; });
   std::size_t freed = 0;
