@@ -63,7 +63,7 @@ from ._device import (  # noqa: F401
 _C._set_sync_warning_handler(lambda msg: _warnings.warn(msg, UserWarning, stacklevel=3))
 
 # ---- sections in their own modules (torch.cuda re-exports memory's names too) ----
-from . import memory, memory_viz  # noqa: E402,F401
+from . import memory  # noqa: E402,F401  (memory_viz: imported on use; `python -m cudakit.memory_viz` warns otherwise)
 from .memory import *  # noqa: E402,F401,F403
 from .memory import use_mem_pool  # noqa: E402,F401
 from . import random  # noqa: E402,F401

@@ -16,7 +16,7 @@
 //  * Pools (MemPool / graph capture) are general "routes": (private pool, stream filter).
 //
 //  * Quick cache: a freed block that needs nothing special (default pool, no record_stream
-//    uses, caching on, history off) is parked whole in a small exact-size cache keyed by
+//    uses, caching on) is parked whole in a small exact-size cache keyed by
 //    (stream, size) instead of going back to the best-fit sets. The next allocation of that
 //    rounded size on that stream takes it in O(1) under the short fast lock only, skipping
 //    the set operations, splitting and merging. Statistics follow torch's semantics exactly
@@ -50,6 +50,7 @@
 #include "cudakit/memory.hpp"
 #include "memory/config.hpp"
 #include "memory/free_index.hpp"
+#include "memory/history.hpp"
 
 namespace cudakit::memory {
 
@@ -144,7 +145,6 @@ struct Block;
 struct PrivatePool;
 class PluggedAllocator;
 struct ExpandableSegment;
-struct HistoryContext;
 
 struct BlockAddrLess {
   bool operator()(const Block* a, const Block* b) const noexcept;
@@ -176,7 +176,7 @@ struct Block {
   int event_count = 0;    // outstanding record_stream events
   std::uint64_t segment_id = 0;  // id of the segment (head block) for snapshots
   std::vector<detail::StreamHandle> stream_uses;  // keeps capacity across reuse
-  std::shared_ptr<HistoryContext> context;        // allocation context (history on)
+  StackRecord* stack = nullptr;  // allocation stack (history on), owned by the HistoryRecorder
   // Membership of BlockPool::blocks (FreeBlockIndex's intrusive list).
   Block* free_prev = nullptr;
   Block* free_next = nullptr;
@@ -262,10 +262,8 @@ class DeviceAllocator {
   void begin_allocate_to_pool(MempoolId id, std::function<bool(detail::StreamHandle)> filter);
   void end_allocate_to_pool(MempoolId id);
 
-  // History hooks (snapshot.cpp): called with the device mutex held.
-  using TraceHook = void (*)(int device, const char* action, std::uintptr_t addr,
-                             std::size_t size, detail::StreamHandle stream,
-                             std::shared_ptr<HistoryContext>* ctx);
+  // The trace ring in snapshot form (oldest first).
+  std::vector<TraceEntry> history_traces();
 
  private:
   // Splits `b` (taken from `pool`'s free set or a new segment) and accounts it as allocated.
@@ -307,8 +305,17 @@ class DeviceAllocator {
     stat_one(s[0], delta);
     stat_one(s[small ? 1 : 2], delta);
   }
+  // Records a history event (history on; fast_lock_ held). For alloc/free events `b` is the
+  // block: its allocation stack is set on "alloc" and reused by later events.
   void trace(const char* action, std::uintptr_t addr, std::size_t size,
              detail::StreamHandle stream, Block* b);
+  void drop_stack(Block* b) noexcept {
+    if (b->stack) {
+      history_.release(b->stack);
+      b->stack = nullptr;
+    }
+  }
+  HistoryRecorder history_;  // guarded by fast_lock_
 
   // Quick cache (all under fast_lock_).
   static constexpr int kQuickSlots = 64;        // direct-mapped by (stream, size)

@@ -1,16 +1,19 @@
-// Allocation history: per-device ring buffers of trace entries. Stacks are captured as raw
-// return addresses (frame-pointer walk) and symbolised only when a snapshot asks.
+// Allocation history: settings, stack capture, the per-device recorder and its conversion to
+// the snapshot form. See history.hpp for the cost model.
 #include "memory/history.hpp"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <mutex>
-#include <unordered_map>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include "cudakit/error.hpp"
 
@@ -19,32 +22,61 @@ namespace cudakit::memory {
 std::atomic<bool> g_history_enabled{false};
 
 namespace {
-struct HistoryState {
-  std::mutex mutex;
-  // Read on the allocation path without the mutex: atomics (relaxed; they change only on
-  // enable/disable).
-  std::atomic<bool> record_context{false};  // per-block contexts
-  std::atomic<bool> record_trace{false};    // device_traces ("all")
-  std::atomic<bool> cpp_stacks{false}, py_stacks{false};
-  std::size_t max_entries = SIZE_MAX;
-  // Per-device ring buffers (no allocation per entry once full).
-  struct Ring {
-    std::vector<TraceEntry> entries;
-    std::size_t next = 0;  // slot to overwrite when full
-  };
-  std::unordered_map<int, Ring> traces;
-};
-HistoryState& state() {
-  static HistoryState* s = new HistoryState();
-  return *s;
-}
-std::atomic<PyStackHook> g_py_hook{nullptr};
-constexpr int kMaxFrames = 32;
 
-double now_us() {
+std::uint64_t now_ticks() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();  // invariant TSC on every x86 CPU a CUDA driver supports
+#else
+  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+std::int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double wall_us() noexcept {
   return std::chrono::duration<double, std::micro>(
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
+
+struct Settings {
+  std::mutex mutex;  // serialises record_memory_history
+  // Read on the allocation path without the mutex (relaxed: they change only on a switch).
+  std::atomic<bool> trace{false};
+  std::atomic<int> context{kContextNone};
+  std::atomic<bool> cpp_stacks{false}, py_stacks{false};
+  std::atomic<std::size_t> max_entries{SIZE_MAX};
+  std::atomic<std::uint64_t> generation{0};  // bumped on enable: recorders clear their rings
+  // Clock pair sampled at enable (ticks -> wall-clock µs at snapshot time).
+  std::atomic<std::uint64_t> ticks0{0};
+  std::atomic<std::int64_t> steady0{0};
+  std::atomic<double> wall0{0};
+};
+Settings& settings() {
+  static Settings* s = new Settings();  // never destroyed: used until process exit
+  return *s;
+}
+std::atomic<PyStackHook> g_py_hook{nullptr};
+
+// Wall-clock µs of a tick count, from the enable-time pair and a pair sampled now.
+struct TickClock {
+  double wall0, ticks0, us_per_tick;
+  TickClock() {
+    Settings& s = settings();
+    wall0 = s.wall0.load();
+    ticks0 = static_cast<double>(s.ticks0.load());
+    const double dt = static_cast<double>(now_ticks()) - ticks0;
+    const double dns = static_cast<double>(steady_ns() - s.steady0.load());
+#if defined(__x86_64__) || defined(__i386__)
+    us_per_tick = dt > 0 && dns > 0 ? dns / dt / 1000.0 : 1e-3 / 2.0;
+#else
+    (void)dt;
+    (void)dns;
+    us_per_tick = 1e-3;  // ticks are steady-clock ns
+#endif
+  }
+  double us(std::uint64_t t) const { return wall0 + (static_cast<double>(t) - ticks0) * us_per_tick; }
+};
 
 // Bounds of the calling thread's stack (cached per thread): frame pointers outside it are
 // not frames, so the walk stops there instead of reading wild memory.
@@ -69,12 +101,12 @@ const StackBounds& stack_bounds() {
   return b;
 }
 
-// Walks the frame-pointer chain (libcudakit is built with -fno-omit-frame-pointer): each
-// frame is {saved frame pointer, return address}. Stops at the first frame pointer that is
-// outside this thread's stack, misaligned or not increasing — code built without frame
+// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. Frames
+// below `entry` (the allocator's own) are skipped. Stops at the first frame pointer that is
+// outside this thread's stack, misaligned or not increasing, so code built without frame
 // pointers ends the walk early instead of producing garbage. ~20 ns for 16 frames, vs
 // ~1-4 µs for glibc backtrace() (which unwinds with DWARF tables).
-__attribute__((noinline)) int walk_frames(void** out, int max) {
+__attribute__((noinline)) int walk_frames(void** out, int max, std::uintptr_t entry) {
   const StackBounds& sb = stack_bounds();
   auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   int n = 0;
@@ -83,41 +115,27 @@ __attribute__((noinline)) int walk_frames(void** out, int max) {
     const auto* frame = reinterpret_cast<void* const*>(fp);
     void* ret = frame[1];
     if (!ret) break;
-    out[n++] = ret;
+    if (fp >= entry) out[n++] = ret;  // entry's own record holds the return into its caller
     const auto next = reinterpret_cast<std::uintptr_t>(frame[0]);
     if (next <= fp) break;
     fp = next;
   }
   return n;
 }
-
-std::shared_ptr<HistoryContext> capture(const HistoryState& s) {
-  auto ctx = std::make_shared<HistoryContext>();
-  ctx->time_us = now_us();
-  if (s.cpp_stacks) {
-    void* buf[kMaxFrames + 3];
-    const int n = walk_frames(buf, kMaxFrames + 3);
-    // Skip the allocator's own frames (capture, record_trace, DeviceAllocator::trace).
-    const int skip = n > 3 ? 3 : 0;
-    ctx->frames.assign(buf + skip, buf + n);
-  }
-  if (s.py_stacks) {
-    if (PyStackHook h = g_py_hook.load()) h(ctx->py_frames);
-  }
-  return ctx;
-}
 }  // namespace
+
+int history_context_level() noexcept {
+  return history_enabled() ? settings().context.load(std::memory_order_relaxed) : kContextNone;
+}
 
 void set_python_stack_hook(PyStackHook hook) { g_py_hook.store(hook); }
 
 void record_memory_history(const char* enabled, const char* context, const char* stacks,
                            std::size_t max_entries) {
-  HistoryState& s = state();
+  Settings& s = settings();
   std::lock_guard lock(s.mutex);
   if (!enabled) {
     g_history_enabled.store(false);
-    s.record_context = false;
-    s.record_trace = false;
     return;
   }
   std::string en = enabled, ctx = context ? context : "all", st = stacks ? stacks : "all";
@@ -130,57 +148,207 @@ void record_memory_history(const char* enabled, const char* context, const char*
   if (st != "python" && st != "cpp" && st != "all")
     throw ValueError("_record_memory_history: stacks must be 'python', 'cpp' or 'all', got '" +
                      st + "'");
-  s.record_trace = en == "all";
-  s.record_context = !ctx.empty();
+  s.trace = en == "all";
+  s.context = ctx.empty() ? kContextNone : ctx == "state" ? kContextState
+                                         : ctx == "alloc" ? kContextAlloc : kContextAll;
   s.cpp_stacks = st == "cpp" || st == "all";
   s.py_stacks = st == "python" || st == "all";
   s.max_entries = max_entries ? max_entries : SIZE_MAX;
-  s.traces.clear();
+  s.steady0 = steady_ns();
+  s.wall0 = wall_us();
+  s.ticks0 = now_ticks();
+  s.generation.fetch_add(1);
   g_history_enabled.store(true);
 }
 
-void record_trace(int device, const char* action, std::uintptr_t addr, std::size_t size,
-                  detail::StreamHandle stream, std::shared_ptr<HistoryContext>* slot) {
-  HistoryState& s = state();
-  // Settings are read racily on purpose (they only change on enable/disable); the stack is
-  // captured outside the history mutex so threads of different devices do not serialise.
-  std::shared_ptr<HistoryContext> ctx;
-  if (slot) {
-    if (action[0] == 'a' && s.record_context) *slot = capture(s);  // "alloc"
-    ctx = *slot;
-  } else if (action[0] == 'o' || action[0] == 's') {  // "oom", "segment_*"
-    if (s.record_context) ctx = capture(s);
-  }
-  if (!s.record_trace) return;
-  const double t = ctx ? ctx->time_us : now_us();
-  std::lock_guard lock(s.mutex);
-  auto& ring = s.traces[device];
-  TraceEntry e{action, addr, size, stream, t, std::move(ctx)};
-  if (ring.entries.size() < s.max_entries) {
-    ring.entries.push_back(std::move(e));
-  } else {
-    ring.entries[ring.next] = std::move(e);
-    ring.next = (ring.next + 1) % ring.entries.size();
+void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
+  Settings& s = settings();
+  const int level = s.context.load(std::memory_order_relaxed);
+  out.valid = level >= (is_free ? kContextAll : kContextState);
+  if (!out.valid) return;
+  out.depth = s.cpp_stacks.load(std::memory_order_relaxed)
+                  ? walk_frames(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
+                  : 0;
+  out.py.clear();
+  if (s.py_stacks.load(std::memory_order_relaxed)) {
+    if (PyStackHook h = g_py_hook.load()) h(out.py);
   }
 }
 
-std::vector<TraceEntry> device_traces(int device) {
-  HistoryState& s = state();
-  std::lock_guard lock(s.mutex);
-  auto it = s.traces.find(device);
-  if (it == s.traces.end()) return {};
-  const auto& r = it->second;
-  std::vector<TraceEntry> out(r.entries.begin() + static_cast<std::ptrdiff_t>(r.next), r.entries.end());
-  out.insert(out.end(), r.entries.begin(), r.entries.begin() + static_cast<std::ptrdiff_t>(r.next));
+// ---- HistoryRecorder ----
+
+HistoryRecorder::~HistoryRecorder() { clear_ring(); }
+
+StackRecord* HistoryRecorder::new_record() {
+  if (!free_) {
+    // Records come in chunks: one allocation per 256 live stacks, never per event.
+    constexpr std::size_t kChunk = 256;
+    chunks_.push_back(std::make_unique<StackRecord[]>(kChunk));
+    for (std::size_t i = 0; i < kChunk; ++i) {
+      chunks_.back()[i].next = free_;
+      free_ = &chunks_.back()[i];
+    }
+  }
+  StackRecord* r = free_;
+  free_ = r->next;
+  r->next = nullptr;
+  r->refs = 0;
+  r->interned = false;
+  return r;
+}
+
+StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
+  if (!cap.valid) return nullptr;
+  const auto depth = static_cast<std::size_t>(cap.depth);
+  if (cap.py.empty()) {
+    std::uint64_t h = depth;
+    for (std::size_t i = 0; i < depth; ++i) {
+      h = (h ^ reinterpret_cast<std::uintptr_t>(cap.pc[i])) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 31;
+    }
+    if (!buckets_.empty()) {
+      for (StackRecord* r = buckets_[h & (buckets_.size() - 1)]; r; r = r->next) {
+        if (r->hash == h && r->depth == cap.depth &&
+            std::memcmp(r->pc, cap.pc, sizeof(void*) * depth) == 0) {
+          return r;
+        }
+      }
+    }
+    if (interned_ >= buckets_.size()) {  // grow (and rehash) at load factor 1
+      std::vector<StackRecord*> grown(std::max<std::size_t>(64, buckets_.size() * 2), nullptr);
+      for (StackRecord* head : buckets_) {
+        while (head) {
+          StackRecord* nx = head->next;
+          StackRecord*& b = grown[head->hash & (grown.size() - 1)];
+          head->next = b;
+          b = head;
+          head = nx;
+        }
+      }
+      buckets_.swap(grown);
+    }
+    StackRecord* r = new_record();
+    r->depth = cap.depth;
+    r->hash = h;
+    std::memcpy(r->pc, cap.pc, sizeof(void*) * depth);
+    r->interned = true;
+    StackRecord*& b = buckets_[h & (buckets_.size() - 1)];
+    r->next = b;
+    b = r;
+    ++interned_;
+    return r;
+  }
+  StackRecord* r = new_record();  // with Python frames: one record per capture
+  r->depth = cap.depth;
+  std::memcpy(r->pc, cap.pc, sizeof(void*) * depth);
+  r->py.swap(cap.py);  // the capture's vector takes the record's old capacity
+  return r;
+}
+
+void HistoryRecorder::unintern(StackRecord* r) noexcept {
+  for (StackRecord** link = &buckets_[r->hash & (buckets_.size() - 1)]; *link; link = &(*link)->next) {
+    if (*link == r) {
+      *link = r->next;
+      --interned_;
+      return;
+    }
+  }
+}
+
+void HistoryRecorder::release(StackRecord* r) noexcept {
+  if (!r || --r->refs > 0) return;
+  if (r->interned) unintern(r);
+  r->py.clear();
+  r->next = free_;
+  free_ = r;
+}
+
+void HistoryRecorder::clear_ring() noexcept {
+  for (Slot& sl : ring_) release(sl.stack);
+  ring_.clear();
+  next_ = 0;
+}
+
+void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_t size,
+                             detail::StreamHandle stream, StackRecord* stack,
+                             std::uint64_t* op_ticks) {
+  Settings& s = settings();
+  const std::uint64_t gen = s.generation.load(std::memory_order_relaxed);
+  if (gen != generation_) {  // history was (re-)enabled since the last entry: start afresh
+    clear_ring();
+    generation_ = gen;
+  }
+  if (!s.trace.load(std::memory_order_relaxed)) {
+    if (stack && stack->refs == 0) {  // adopted for this entry only: back to the pool
+      retain(stack);
+      release(stack);
+    }
+    return;
+  }
+  retain(stack);
+  std::uint64_t ticks;
+  if (op_ticks) {
+    if (!*op_ticks) *op_ticks = now_ticks();
+    ticks = *op_ticks;
+  } else {
+    ticks = now_ticks();
+  }
+  const Slot sl{action, addr, size, stream, ticks, stack};
+  const std::size_t cap = s.max_entries.load(std::memory_order_relaxed);
+  if (ring_.size() < cap) {
+    ring_.push_back(sl);
+    return;
+  }
+  if (ring_.size() > cap) {  // max_entries shrank: keep the newest `cap`
+    std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(next_), ring_.end());
+    const std::size_t drop = ring_.size() - cap;
+    for (std::size_t i = 0; i < drop; ++i) release(ring_[i].stack);
+    ring_.erase(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(drop));
+    next_ = 0;
+    if (cap == 0) return;
+  }
+  release(ring_[next_].stack);
+  ring_[next_] = sl;
+  next_ = (next_ + 1) % ring_.size();
+}
+
+std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r,
+                                                            ContextCache& contexts) const {
+  if (!r) return nullptr;
+  auto [it, fresh] = contexts.try_emplace(r);
+  if (fresh) {
+    auto ctx = std::make_shared<HistoryContext>();
+    ctx->frames.assign(r->pc, r->pc + r->depth);
+    ctx->py_frames = r->py;
+    it->second = std::move(ctx);
+  }
+  return it->second;
+}
+
+std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
+  if (generation_ != settings().generation.load(std::memory_order_relaxed)) return {};
+  const TickClock clock;
+  std::vector<TraceEntry> out;
+  out.reserve(ring_.size());
+  for (std::size_t i = 0; i < ring_.size(); ++i) {
+    const Slot& sl = ring_[(next_ + i) % ring_.size()];
+    out.push_back(TraceEntry{sl.action, sl.addr, sl.size, sl.stream, clock.us(sl.ticks),
+                             context_of(sl.stack, contexts)});
+  }
   return out;
 }
+
+// ---- symbolisation (snapshot time) ----
 
 std::vector<std::string> symbolize(const HistoryContext& ctx) {
   std::vector<std::string> out;
   for (void* f : ctx.frames) {
     Dl_info info{};
     std::string name;
-    if (dladdr(f, &info) && info.dli_sname) {
+    // f is a return address: the call instruction is just before it (matters for the last
+    // instruction of a function that ends in a call to a noreturn function).
+    void* in_call = static_cast<char*>(f) - 1;
+    if (dladdr(in_call, &info) && info.dli_sname) {
       int status = 0;
       char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
       name = (status == 0 && dem) ? dem : info.dli_sname;

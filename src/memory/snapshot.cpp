@@ -18,6 +18,7 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only
   AllLock lock(mutex_, fast_lock_);
   quick_flush();  // parked blocks show as free
   std::vector<SegmentInfo> out;
+  HistoryRecorder::ContextCache contexts;
   auto owner_of = [](const Block* b) {
     return b->pool->owner ? b->pool->owner->id : MempoolId{0, 0};
   };
@@ -28,7 +29,7 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only
     bi.requested = b->requested;
     bi.state = b->allocated ? "active_allocated"
                             : (b->event_count > 0 ? "active_pending_free" : "inactive");
-    bi.context = b->context;
+    bi.context = history_.context_of(b->stack, contexts);
     seg.total_size += b->size;
     if (b->allocated) {
       seg.allocated_size += b->size;
@@ -155,7 +156,7 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
       segs.push_back(std::move(js));
     }
     json& tr = traces[a->device()];
-    for (const TraceEntry& e : device_traces(a->device())) {
+    for (const TraceEntry& e : a->history_traces()) {
       tr.push_back({{"action", e.action},
                     {"addr", e.addr},
                     {"size", e.size},

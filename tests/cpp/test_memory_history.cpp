@@ -1,0 +1,151 @@
+// Allocation history (_record_memory_history) through the public API and the snapshot JSON:
+// which events are recorded, which stacks they carry under each `context` setting, ring
+// bounds, timestamps, and the quick-cache path.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+
+using nlohmann::json;
+using namespace cudakit;
+
+namespace {
+
+struct HistoryOff {
+  ~HistoryOff() { record_memory_history(std::nullopt); }
+};
+
+json traces() {
+  json snap = json::parse(memory_snapshot_json());
+  return snap["device_traces"].empty() ? json::array() : snap["device_traces"][0];
+}
+
+// alloc / free_* entries of one address (segment_* entries may share it).
+std::vector<json> entries_for(const json& tr, std::uintptr_t addr) {
+  std::vector<json> out;
+  for (const json& e : tr) {
+    const std::string action = e["action"];
+    if (e["addr"].get<std::uintptr_t>() == addr && action.rfind("segment", 0) != 0) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<std::string> names(const json& e) {
+  std::vector<std::string> out;
+  for (const json& f : e["frames"]) out.push_back(f["name"].get<std::string>());
+  return out;
+}
+
+bool mentions(const std::vector<std::string>& frames, const std::string& what) {
+  for (const auto& f : frames)
+    if (f.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(MemoryHistory, AllContextRecordsAllocAndFreeStacks) {
+  HistoryOff off;
+  record_memory_history("all", "all", "cpp", 1000);
+  void* p = caching_allocator_alloc(3 << 20);
+  caching_allocator_delete(p);
+  const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(p));
+  ASSERT_EQ(es.size(), 3u);
+  EXPECT_EQ(es[0]["action"], "alloc");
+  EXPECT_EQ(es[1]["action"], "free_requested");
+  EXPECT_EQ(es[2]["action"], "free_completed");
+  EXPECT_EQ(es[0]["size"].get<std::size_t>(), std::size_t(3) << 20);
+  const auto alloc_frames = names(es[0]), free_frames = names(es[1]);
+  ASSERT_FALSE(alloc_frames.empty());
+  ASSERT_FALSE(free_frames.empty());
+  // The walk starts at the allocator's caller (the public entry points; caching_allocator_alloc
+  // may be a tail call, hence raw_alloc) and reaches this test (exported symbols).
+  EXPECT_TRUE(mentions(alloc_frames, "raw_alloc") || mentions(alloc_frames, "caching_allocator_alloc"))
+      << alloc_frames[0];
+  EXPECT_TRUE(mentions(free_frames, "caching_allocator_delete")) << free_frames[0];
+  EXPECT_TRUE(mentions(alloc_frames, "AllContextRecordsAllocAndFreeStacks"));
+  EXPECT_FALSE(mentions(alloc_frames, "DeviceAllocator::malloc"));
+  EXPECT_EQ(names(es[2]), free_frames);  // an immediate free completes with the free's stack
+  // Each event has its own time (a free is not stamped with its allocation's time).
+  const double t0 = es[0]["time_us"].get<double>(), t1 = es[1]["time_us"].get<double>();
+  EXPECT_GE(t1, t0);
+  EXPECT_GT(t0, 1.6e15);  // µs since the epoch (after 2020)
+}
+
+TEST(MemoryHistory, AllocContextReusesTheAllocationStackForFrees) {
+  HistoryOff off;
+  record_memory_history("all", "alloc", "cpp", 1000);
+  void* p = caching_allocator_alloc(5 << 20);
+  caching_allocator_delete(p);
+  const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(p));
+  ASSERT_EQ(es.size(), 3u);
+  EXPECT_FALSE(names(es[0]).empty());
+  EXPECT_EQ(names(es[1]), names(es[0]));
+  EXPECT_EQ(names(es[2]), names(es[0]));
+}
+
+TEST(MemoryHistory, StateModeKeepsStacksOfLiveBlocksOnly) {
+  HistoryOff off;
+  record_memory_history("state", "state", "cpp", 1000);
+  void* p = caching_allocator_alloc(1 << 20);
+  json snap = json::parse(memory_snapshot_json());
+  for (const json& dev : snap["device_traces"]) EXPECT_TRUE(dev.empty());
+  bool found = false;
+  for (const json& seg : snap["segments"]) {
+    for (const json& b : seg["blocks"]) {
+      if (b["address"].get<std::uintptr_t>() != reinterpret_cast<std::uintptr_t>(p)) continue;
+      found = true;
+      EXPECT_EQ(b["state"], "active_allocated");
+      EXPECT_FALSE(b["frames"].empty());
+    }
+  }
+  EXPECT_TRUE(found);
+  caching_allocator_delete(p);
+}
+
+TEST(MemoryHistory, RingKeepsTheNewestEntriesAndReenableClears) {
+  HistoryOff off;
+  record_memory_history("all", "all", "cpp", 10);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 50; ++i) {
+    void* p = caching_allocator_alloc(4096);  // same size: the quick-cache path
+    ptrs.push_back(p);
+    caching_allocator_delete(p);
+  }
+  json tr = traces();
+  ASSERT_EQ(tr.size(), 10u);
+  EXPECT_EQ(tr.back()["action"], "free_completed");
+  EXPECT_EQ(tr.back()["addr"].get<std::uintptr_t>(), reinterpret_cast<std::uintptr_t>(ptrs.back()));
+  double prev = 0;
+  for (const json& e : tr) {  // oldest first, never going back in time
+    EXPECT_GE(e["time_us"].get<double>(), prev);
+    prev = e["time_us"].get<double>();
+  }
+  record_memory_history("all", "all", "cpp", 10);
+  EXPECT_TRUE(traces().empty());
+}
+
+TEST(MemoryHistory, EveryPairIsRecordedOnTheQuickPath) {
+  HistoryOff off;
+  record_memory_history("all", "", "cpp", 100000);
+  for (int i = 0; i < 200; ++i) caching_allocator_delete(caching_allocator_alloc(8192));
+  json tr = traces();
+  ASSERT_EQ(tr.size(), 600u);
+  for (const json& e : tr) EXPECT_TRUE(e["frames"].empty());  // context None: no stacks
+}
+
+TEST(MemoryHistory, OffRecordsNothingAndBadArgumentsAreRejected) {
+  record_memory_history("all", "all", "cpp", 100);
+  record_memory_history(std::nullopt);
+  const std::size_t before = traces().size();
+  caching_allocator_delete(caching_allocator_alloc(1024));
+  EXPECT_EQ(traces().size(), before);
+  EXPECT_THROW(record_memory_history("sometimes"), ValueError);
+  EXPECT_THROW(record_memory_history("all", "everything"), ValueError);
+  EXPECT_THROW(record_memory_history("all", "all", "java"), ValueError);
+}
