@@ -111,6 +111,9 @@ class Storage {
   Device device() const noexcept { return device_; }
   bool pinned() const noexcept { return pinned_; }
   bool is_external() const noexcept { return static_cast<bool>(release_); }
+  // The stream cudakit's device memory is ordered on (its allocation stream); nullopt for
+  // host memory and memory owned by someone else.
+  std::optional<StreamRef> stream() const noexcept;
 
  private:
   Storage() = default;

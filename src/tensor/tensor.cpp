@@ -39,6 +39,11 @@ std::shared_ptr<Storage> Storage::external(void* data, std::size_t nbytes, Devic
   return s;
 }
 
+std::optional<StreamRef> Storage::stream() const noexcept {
+  if (is_external() || !device_.is_cuda() || !data_) return std::nullopt;
+  return alloc_.stream();
+}
+
 Storage::~Storage() {
   if (release_) {
     try {
