@@ -58,8 +58,20 @@ TRACES=${TRACES_DIR:-traces}
   for b in "$BUILD"/bench/bench_* "$BUILD"/bench/torch/alloc_vs_torch; do
     [ -x "$b" ] || continue
     echo "### $(basename "$b")"
-    CUDAKIT_BACKEND=cuda timeout 300 "$b" 2>&1
+    case "$(basename "$b")" in
+      bench_pinned)  # medians: copy bandwidth varies run to run
+        CUDAKIT_BACKEND=cuda timeout 300 "$b" --benchmark_repetitions=5 \
+          --benchmark_report_aggregates_only=true 2>&1 ;;
+      *) CUDAKIT_BACKEND=cuda timeout 300 "$b" 2>&1 ;;
+    esac
   done
+  echo "### pinned_vs_torch (C++, torch's CachingHostAllocator; built on demand)"
+  if cmake --build "$BUILD" --target pinned_vs_torch > "$OUT/pinned_vs_torch-build.log" 2>&1; then
+    CUDAKIT_BACKEND=cuda timeout 300 "$BUILD/bench/torch/pinned_vs_torch" --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true 2>&1
+  else
+    echo "pinned_vs_torch did not build:"; tail -20 "$OUT/pinned_vs_torch-build.log"
+  fi
   echo "## Python benchmarks (cuda backend, side by side with torch)"
   for s in bench/python/bench_*.py bench/tensor/bench_*.py; do
     echo "### $s"
