@@ -4,7 +4,9 @@
 //   build/bench/bench_memory_alloc --benchmark_filter=Pair   (GPU)
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <random>
+#include <x86intrin.h>
 #include <vector>
 
 #include "cudakit/allocation.hpp"
@@ -56,6 +58,29 @@ static void Mixed(benchmark::State& state) {
 }
 BENCHMARK(Mixed)->Threads(1)->Threads(8)->UseRealTime();
 
+// The same live set in torch's benchmark order (bench/torch/alloc_vs_torch.cpp): free the
+// old block first, then allocate the new size (raw caching_allocator_alloc/delete).
+static void MixedFreeFirst(benchmark::State& state) {
+  std::mt19937 rng(1234 + state.thread_index());
+  std::uniform_real_distribution<double> logsize(9, 23);
+  std::vector<void*> live(256);
+  for (auto& p : live) p = caching_allocator_alloc(static_cast<std::size_t>(std::exp2(logsize(rng))));
+  std::vector<std::size_t> sizes(4096), idx(4096);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    sizes[i] = static_cast<std::size_t>(std::exp2(logsize(rng)));
+    idx[i] = rng() % live.size();
+  }
+  std::size_t k = 0;
+  for (auto _ : state) {
+    const std::size_t j = k++ & 4095;
+    caching_allocator_delete(live[idx[j]]);
+    live[idx[j]] = caching_allocator_alloc(sizes[j]);
+  }
+  for (void* p : live) caching_allocator_delete(p);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(MixedFreeFirst)->Threads(1)->Threads(8)->UseRealTime();
+
 static void MemoryAllocatedQuery(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(memory_allocated());
 }
@@ -80,5 +105,16 @@ static void PairWithHistoryNoStacks(benchmark::State& state) {  // trace ring on
   record_memory_history(std::nullopt);
 }
 BENCHMARK(PairWithHistoryNoStacks);
+
+// What a history timestamp costs on this machine (TSC read vs the vDSO clock): in a VM the
+// TSC may be trapped, which history recording would feel three times per alloc/free pair.
+static void ClockTsc(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(__rdtsc());
+}
+BENCHMARK(ClockTsc);
+static void ClockSteady(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(std::chrono::steady_clock::now());
+}
+BENCHMARK(ClockSteady);
 
 BENCHMARK_MAIN();

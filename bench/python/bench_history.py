@@ -26,12 +26,16 @@ def pair_us(mem, size, n, repeats):
     return statistics.median(samples)
 
 
-MODES = [("off", None), ("C++ stacks", "cpp"), ("Python+C++ stacks", "all")]
+# torch 2.11 accepts stacks="python" or "all" only; "cpp" is cudakit's extra mode.
+MODES = [("off", None), ("Python stacks", "python"), ("Python+C++ stacks", "all"),
+         ("C++ stacks (cudakit only)", "cpp")]
 
 
-def suite(mem, sizes, n, repeats):
+def suite(mem, sizes, n, repeats, is_torch):
     out = {}
     for label, stacks in MODES:
+        if is_torch and stacks == "cpp":
+            continue
         if stacks:
             mem._record_memory_history(enabled="all", context="all", stacks=stacks, max_entries=100000)
         try:
@@ -67,7 +71,8 @@ def main():
             torch_note = "torch skipped: not installed"
     cudakit.synchronize()
 
-    results = {name: suite(mem, sizes, args.n, args.repeats) for name, mem in libs.items()}
+    results = {name: suite(mem, sizes, args.n, args.repeats, name == "torch")
+               for name, mem in libs.items()}
     have_torch = "torch" in results
     print(f"backend: {cudakit.get_backend() if hasattr(cudakit, 'get_backend') else ''}")
     hdr = "| history | size | cudakit µs | cudakit ×off |"
@@ -82,7 +87,7 @@ def main():
             c = results["cudakit"][(label, size)]
             c_off = results["cudakit"][("off", size)]
             row = f"| {label} | {size} | {c:.3f} | {c / c_off:.2f} |"
-            if have_torch:
+            if have_torch and (label, size) in results["torch"]:
                 t = results["torch"][(label, size)]
                 t_off = results["torch"][("off", size)]
                 row += f" {t:.3f} | {t / t_off:.2f} | {c / t:.2f} |"

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <unordered_set>
 
 #include "backend/backend.hpp"
 #include "cudakit/allocation.hpp"
@@ -29,25 +30,46 @@ std::optional<StreamRef> stream_of(std::optional<std::uintptr_t> handle, int dev
 }
 
 // Python stack capture for _record_memory_history(stacks="python"/"all"): runs on the
-// allocating thread; only when it holds the GIL (allocations from C++ threads have no
-// Python stack).
-void capture_python_stack(std::vector<std::string>& out) {
+// allocating thread, only when it holds the GIL (allocations from C++ threads have no Python
+// stack). Records raw (code object, instruction offset) pairs; file/line/name are looked up
+// at snapshot time (symbolize_python_frame). Code objects seen here are kept alive for the
+// life of the process (one reference each, taken the first time), so a recorded pointer can
+// never dangle or be reused by another code object.
+void capture_python_stack(std::vector<memory::PyFrameRef>& out) {
   if (!Py_IsInitialized() || !PyGILState_Check()) return;
+  static auto* kept = new std::unordered_set<const void*>();  // guarded by the GIL
   PyFrameObject* f = PyEval_GetFrame();
   if (f) Py_INCREF(f);
   int depth = 0;
   while (f && depth++ < 64) {
     PyCodeObject* code = PyFrame_GetCode(f);
-    const char* file = PyUnicode_AsUTF8(code->co_filename);
-    const char* name = PyUnicode_AsUTF8(code->co_name);
-    out.push_back(std::string(file ? file : "??") + ":" + std::to_string(PyFrame_GetLineNumber(f)) +
-                  ":" + (name ? name : "??"));
+    if (kept->insert(code).second) Py_INCREF(code);
+#if PY_VERSION_HEX >= 0x030B0000
+    out.push_back({code, PyFrame_GetLasti(f)});
+#else
+    out.push_back({code, -2 - PyFrame_GetLineNumber(f)});  // no lasti before 3.11: the line
+#endif
     Py_DECREF(code);
     PyFrameObject* back = PyFrame_GetBack(f);
     Py_DECREF(f);
     f = back;
   }
   if (f) Py_DECREF(f);
+}
+
+void symbolize_python_frame(const memory::PyFrameRef& fr, std::string& file, int& line,
+                            std::string& name) {
+  file = "??";
+  name = "??";
+  line = 0;
+  if (!Py_IsInitialized() || !fr.code) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  auto* code = static_cast<PyCodeObject*>(const_cast<void*>(fr.code));
+  if (const char* s = PyUnicode_AsUTF8(code->co_filename)) file = s;
+  if (const char* s = PyUnicode_AsUTF8(code->co_name)) name = s;
+  line = fr.lasti <= -2 ? -2 - fr.lasti : PyCode_Addr2Line(code, fr.lasti);
+  if (PyErr_Occurred()) PyErr_Clear();
+  PyGILState_Release(g);
 }
 
 struct PyUseMemPool {
@@ -102,7 +124,7 @@ void bind(py::module_& m) {
         py::arg("pool") = py::none());
   m.def("_mem_record_history", [](std::optional<std::string> enabled, std::optional<std::string> context,
                                   std::string stacks, std::size_t max_entries) {
-    memory::set_python_stack_hook(&capture_python_stack);
+    memory::set_python_stack_hook(&capture_python_stack, &symbolize_python_frame);
     record_memory_history(enabled, context.value_or(""), stacks, max_entries);
   }, py::arg("enabled"), py::arg("context"), py::arg("stacks"), py::arg("max_entries"));
   m.def("_mem_ipc_collect", &ipc_collect);

@@ -57,6 +57,7 @@ Settings& settings() {
   return *s;
 }
 std::atomic<PyStackHook> g_py_hook{nullptr};
+std::atomic<PySymbolizeHook> g_py_symbolize{nullptr};
 
 // Wall-clock µs of a tick count, from the enable-time pair and a pair sampled now.
 struct TickClock {
@@ -128,7 +129,21 @@ int history_context_level() noexcept {
   return history_enabled() ? settings().context.load(std::memory_order_relaxed) : kContextNone;
 }
 
-void set_python_stack_hook(PyStackHook hook) { g_py_hook.store(hook); }
+void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize) {
+  g_py_symbolize.store(symbolize);
+  g_py_hook.store(capture);
+}
+
+void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& line,
+                            std::string& name) {
+  if (PySymbolizeHook h = g_py_symbolize.load()) {
+    h(frame, file, line, name);
+    return;
+  }
+  file = "??";
+  line = 0;
+  name = "??";
+}
 
 void record_memory_history(const char* enabled, const char* context, const char* stacks,
                            std::size_t max_entries) {
@@ -200,48 +215,47 @@ StackRecord* HistoryRecorder::new_record() {
 StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
   if (!cap.valid) return nullptr;
   const auto depth = static_cast<std::size_t>(cap.depth);
-  if (cap.py.empty()) {
-    std::uint64_t h = depth;
-    for (std::size_t i = 0; i < depth; ++i) {
-      h = (h ^ reinterpret_cast<std::uintptr_t>(cap.pc[i])) * 0x9E3779B97F4A7C15ull;
-      h ^= h >> 31;
-    }
-    if (!buckets_.empty()) {
-      for (StackRecord* r = buckets_[h & (buckets_.size() - 1)]; r; r = r->next) {
-        if (r->hash == h && r->depth == cap.depth &&
-            std::memcmp(r->pc, cap.pc, sizeof(void*) * depth) == 0) {
-          return r;
-        }
-      }
-    }
-    if (interned_ >= buckets_.size()) {  // grow (and rehash) at load factor 1
-      std::vector<StackRecord*> grown(std::max<std::size_t>(64, buckets_.size() * 2), nullptr);
-      for (StackRecord* head : buckets_) {
-        while (head) {
-          StackRecord* nx = head->next;
-          StackRecord*& b = grown[head->hash & (grown.size() - 1)];
-          head->next = b;
-          b = head;
-          head = nx;
-        }
-      }
-      buckets_.swap(grown);
-    }
-    StackRecord* r = new_record();
-    r->depth = cap.depth;
-    r->hash = h;
-    std::memcpy(r->pc, cap.pc, sizeof(void*) * depth);
-    r->interned = true;
-    StackRecord*& b = buckets_[h & (buckets_.size() - 1)];
-    r->next = b;
-    b = r;
-    ++interned_;
-    return r;
+  auto mix = [](std::uint64_t h, std::uint64_t v) {
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 31);
+  };
+  std::uint64_t h = depth ^ (cap.py.size() << 32);
+  for (std::size_t i = 0; i < depth; ++i) h = mix(h, reinterpret_cast<std::uintptr_t>(cap.pc[i]));
+  for (const PyFrameRef& f : cap.py) {
+    h = mix(h, reinterpret_cast<std::uintptr_t>(f.code));
+    h = mix(h, static_cast<std::uint64_t>(f.lasti));
   }
-  StackRecord* r = new_record();  // with Python frames: one record per capture
+  if (!buckets_.empty()) {
+    for (StackRecord* r = buckets_[h & (buckets_.size() - 1)]; r; r = r->next) {
+      if (r->hash == h && r->depth == cap.depth && r->py == cap.py &&
+          std::memcmp(r->pc, cap.pc, sizeof(void*) * depth) == 0) {
+        return r;
+      }
+    }
+  }
+  if (interned_ >= buckets_.size()) {  // grow (and rehash) at load factor 1
+    std::vector<StackRecord*> grown(std::max<std::size_t>(64, buckets_.size() * 2), nullptr);
+    for (StackRecord* head : buckets_) {
+      while (head) {
+        StackRecord* nx = head->next;
+        StackRecord*& b = grown[head->hash & (grown.size() - 1)];
+        head->next = b;
+        b = head;
+        head = nx;
+      }
+    }
+    buckets_.swap(grown);
+  }
+  StackRecord* r = new_record();
   r->depth = cap.depth;
+  r->hash = h;
   std::memcpy(r->pc, cap.pc, sizeof(void*) * depth);
   r->py.swap(cap.py);  // the capture's vector takes the record's old capacity
+  r->interned = true;
+  StackRecord*& b = buckets_[h & (buckets_.size() - 1)];
+  r->next = b;
+  b = r;
+  ++interned_;
   return r;
 }
 

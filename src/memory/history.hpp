@@ -4,15 +4,17 @@
 //  * The stack is captured once per allocator call, before any allocator lock is taken, as raw
 //    return addresses from a frame-pointer walk (libcudakit is built with
 //    -fno-omit-frame-pointer) into a buffer on the caller's stack. Python frames, when asked
-//    for, are captured there too: the Python hook may run the garbage collector, which may
-//    free memory into this allocator, so it must never run under the allocator's locks.
+//    for, are captured there too, as raw (code object, instruction offset) pairs: the Python
+//    hook may run the garbage collector, which may free memory into this allocator, so it
+//    must never run under the allocator's locks.
 //  * Each device allocator owns a HistoryRecorder, used only under that allocator's fast
 //    lock: a ring of fixed-size entries (no allocation once the ring is full) and a pool of
 //    reference-counted StackRecords shared by the trace entries and the live blocks that
 //    point at them. No extra lock, no shared_ptr, no heap allocation per event.
 //  * Timestamps are TSC ticks (x86) converted to wall-clock microseconds when a snapshot is
 //    taken, from a (ticks, clock) pair sampled at enable time and another at snapshot time.
-//  * Frames are symbolised only when a snapshot is taken (snapshot.cpp, with a cache).
+//  * C++ and Python frames are symbolised only when a snapshot is taken (snapshot.cpp, with a
+//    cache), outside the allocator's locks.
 //
 // Thread-safety: record_memory_history() and history_settings() are thread-safe (settings are
 // atomics, read racily on the allocation path: they only change when history is switched).
@@ -48,17 +50,29 @@ void record_memory_history(const char* enabled, const char* context, const char*
 enum ContextLevel : int { kContextNone = 0, kContextState = 1, kContextAlloc = 2, kContextAll = 3 };
 int history_context_level() noexcept;
 
-// Python frame capture hook (set by the Python bindings): appends "file:line:function" of the
-// current Python stack, innermost first. Called without any allocator lock held.
-using PyStackHook = void (*)(std::vector<std::string>& out);
-void set_python_stack_hook(PyStackHook hook);
+// A raw Python frame: the code object (kept alive by the bindings for the life of the
+// process) and the offset of the instruction; turned into file/line/name only at snapshot time.
+struct PyFrameRef {
+  const void* code = nullptr;
+  int lasti = -1;
+  bool operator==(const PyFrameRef&) const = default;
+};
+// Python hooks, set by the bindings. `capture` appends the current Python stack, innermost
+// first; it runs without any allocator lock held (it may run the garbage collector).
+// `symbolize` fills file/line/name; it runs at snapshot time, outside allocator locks.
+using PyStackHook = void (*)(std::vector<PyFrameRef>& out);
+using PySymbolizeHook = void (*)(const PyFrameRef& frame, std::string& file, int& line,
+                                 std::string& name);
+void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize);
+void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& line,
+                            std::string& name);
 
 // A stack captured at the entry of an allocator call (on the caller's stack, before locking).
 struct CapturedStack {
   bool valid = false;  // false: this call records no stack (settings say so)
   int depth = 0;
   void* pc[kMaxStackFrames];
-  std::vector<std::string> py;
+  std::vector<PyFrameRef> py;
 };
 // Fills `out` for an allocator call whose public entry has frame address `entry_frame`
 // (frames at and below it are the allocator's own). `is_free`: context "all" only.
@@ -67,7 +81,7 @@ void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free);
 // Snapshot-time form of a stack (symbolised by snapshot.cpp).
 struct HistoryContext {
   std::vector<void*> frames;           // raw C++ return addresses, innermost first
-  std::vector<std::string> py_frames;  // "file:line:function", innermost first
+  std::vector<PyFrameRef> py_frames;   // raw Python frames, innermost first
 };
 struct TraceEntry {
   const char* action = "";  // a string literal
@@ -80,16 +94,16 @@ struct TraceEntry {
 std::vector<std::string> symbolize(const HistoryContext& ctx);
 
 // Pooled, reference-counted stack (owned by one HistoryRecorder).
-// C++-only stacks are interned (one record per distinct stack): a loop allocating from one
-// call site touches one hot record instead of a fresh one per event, whose release a full
-// ring later would be a cache miss (measured: 17% of a recorded alloc/free pair).
+// Stacks are interned (one record per distinct stack): a loop allocating from one call site
+// touches one hot record instead of a fresh one per event, whose release a full ring later
+// would be a cache miss (measured: 17% of a recorded alloc/free pair).
 struct StackRecord {
   std::uint32_t refs = 0;
   int depth = 0;
   std::uint64_t hash = 0;
   bool interned = false;
   void* pc[kMaxStackFrames];
-  std::vector<std::string> py;  // keeps its capacity across reuse
+  std::vector<PyFrameRef> py;  // keeps its capacity across reuse
   StackRecord* next = nullptr;  // free list, or the intern table's bucket chain
 };
 

@@ -85,18 +85,31 @@ json frames_json(const std::shared_ptr<HistoryContext>& ctx) {
   json frames = json::array();
   if (!ctx) return frames;
   json py = json::array();  // Python frames are outer to the C++ ones: listed after them
-  for (const std::string& f : ctx->py_frames) {
-    // "file:line:name"
-    auto a = f.find(':'), b = f.find(':', a == std::string::npos ? a : a + 1);
-    json fr;
-    if (a != std::string::npos && b != std::string::npos) {
-      fr["filename"] = f.substr(0, a);
-      fr["line"] = std::atoi(f.substr(a + 1, b - a - 1).c_str());
-      fr["name"] = f.substr(b + 1);
-    } else {
-      fr = {{"filename", "??"}, {"line", 0}, {"name", f}};
+  {
+    static std::mutex py_mutex;
+    struct PyKeyHash {
+      std::size_t operator()(const PyFrameRef& f) const noexcept {
+        return std::hash<const void*>()(f.code) ^ (static_cast<std::size_t>(f.lasti) * 0x9E3779B1u);
+      }
+    };
+    static std::unordered_map<PyFrameRef, json, PyKeyHash> py_cache;
+    for (const PyFrameRef& f : ctx->py_frames) {
+      {
+        std::lock_guard lock(py_mutex);
+        auto it = py_cache.find(f);
+        if (it != py_cache.end()) {
+          py.push_back(it->second);
+          continue;
+        }
+      }
+      std::string file, name;
+      int line = 0;
+      symbolize_python_frame(f, file, line, name);  // takes the GIL: no lock held here
+      json fr = {{"filename", file}, {"line", line}, {"name", name}};
+      std::lock_guard lock(py_mutex);
+      py_cache.emplace(f, fr);
+      py.push_back(std::move(fr));
     }
-    py.push_back(fr);
   }
   static std::mutex cache_mutex;
   static std::unordered_map<void*, std::pair<std::string, std::string>> cache;

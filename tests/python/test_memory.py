@@ -134,6 +134,11 @@ def test_snapshot_history_and_pickle(tmp_path):
     assert alloc["size"] == 3 << 20
     names = [f["name"] for f in alloc["frames"]]
     assert "test_snapshot_history_and_pickle" in names, names
+    # Python frames are recorded raw and symbolised at snapshot time: file and line are right.
+    me = next(f for f in alloc["frames"] if f["name"] == "test_snapshot_history_and_pickle")
+    assert me["filename"].endswith("test_memory.py")
+    src = open(me["filename"]).read().splitlines()
+    assert "caching_allocator_alloc(3 << 20)" in src[me["line"] - 1], me
     segs = mem.memory_snapshot()
     for seg in segs:
         assert {"address", "total_size", "allocated_size", "blocks", "stream",
