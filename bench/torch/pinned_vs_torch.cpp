@@ -7,6 +7,8 @@
 //   CUDAKIT_BACKEND=cuda build/bench/torch/pinned_vs_torch
 #include <ATen/cuda/CachingHostAllocator.h>
 #include <benchmark/benchmark.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "cudakit/allocation.hpp"
@@ -34,8 +36,19 @@ struct Torch {
   }
 };
 
+// torch's device-side state (its CUDA context and allocator) exists before the first pair.
+void init_torch() {
+  static const bool once = [] {
+    c10::cuda::CUDACachingAllocator::init(cudakit::device_count());
+    c10::cuda::set_device(0);
+    return true;
+  }();
+  (void)once;
+}
+
 template <class A>
 void Pair(benchmark::State& state) {
+  init_torch();
   cudakit::set_device(0);
   const auto bytes = static_cast<std::size_t>(state.range(0));
   { A warm(bytes); }  // the size class now has a cached block
@@ -48,6 +61,7 @@ void Pair(benchmark::State& state) {
 
 template <class A>
 void RecordedPair(benchmark::State& state) {
+  init_torch();
   cudakit::set_device(0);
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
