@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cudakit/error.hpp"
@@ -148,4 +150,36 @@ TEST(MemoryHistory, OffRecordsNothingAndBadArgumentsAreRejected) {
   EXPECT_THROW(record_memory_history("sometimes"), ValueError);
   EXPECT_THROW(record_memory_history("all", "everything"), ValueError);
   EXPECT_THROW(record_memory_history("all", "all", "java"), ValueError);
+}
+
+TEST(MemoryHistory, ThreadsRecordWhileSnapshotsAreTaken) {
+  HistoryOff off;
+  record_memory_history("all", "all", "cpp", 5000);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([t, &stop] {
+      std::vector<void*> live;
+      for (int i = 0; i < 3000 && !stop; ++i) {
+        live.push_back(caching_allocator_alloc(std::size_t(512) << ((i + t) % 12)));
+        if (live.size() > 8) {
+          caching_allocator_delete(live.front());
+          live.erase(live.begin());
+        }
+      }
+      for (void* p : live) caching_allocator_delete(p);
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    json tr = traces();
+    EXPECT_LE(tr.size(), 5000u);
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  json tr = traces();
+  EXPECT_EQ(tr.size(), 5000u);
+  for (const json& e : tr) {
+    const std::string a = e["action"];
+    if (a == "alloc" || a == "free_requested") EXPECT_FALSE(e["frames"].empty()) << a;
+  }
 }
