@@ -10,11 +10,11 @@ mode=${1:-test}
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
-install_deps() {
+install_deps() {  # [extra packages]
   [ "${SKIP_DEPS:-0}" = 1 ] && return
   local pkgs=(cmake ninja-build g++ pkg-config python3 python3-dev python3-pytest python3-numpy
               pybind11-dev python3-pybind11 libgtest-dev libgmock-dev libbenchmark-dev
-              nlohmann-json3-dev libfmt-dev zlib1g-dev)
+              nlohmann-json3-dev libfmt-dev zlib1g-dev "$@")
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -60,7 +60,7 @@ case "$mode" in
     CUDAKIT_BACKEND=$backend PYTHONPATH="$BUILD_DIR/python" python3 examples/showcase.py
     ;;
   test)
-    install_deps; build
+    install_deps chromium; build  # chromium: the memory viewer's headless-browser test
     echo "== tests on the emulated backend"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
     if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
