@@ -219,11 +219,9 @@ void DeviceAllocator::free_async(Block* b) {
   backend_.mem_free_async(reinterpret_cast<void*>(b->ptr), b->stream);
   ++stats_.num_device_free;
   const bool small = b->pool->is_small;
-  const auto bytes = static_cast<std::int64_t>(b->size);
-  stat_update(stats_.active, small, -1);
-  stat_update(stats_.active_bytes, small, -bytes);
+  account_free_completed(b, small);
   stat_update(stats_.segment, small, -1);
-  stat_update(stats_.reserved_bytes, small, -bytes);
+  stat_update(stats_.reserved_bytes, small, -static_cast<std::int64_t>(b->size));
   if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
   drop_stack(b);
   recycle(b);
@@ -250,16 +248,25 @@ void DeviceAllocator::account_alloc(Block* b, bool small, std::size_t orig_size)
   allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
 }
 
-// free_requested + free_completed accounting of a parked block.
-void DeviceAllocator::account_free(Block* b, bool small) noexcept {
-  const auto bytes = static_cast<std::int64_t>(b->size);
+// The caller gave the block back (it is no longer allocated).
+void DeviceAllocator::account_free_requested(Block* b, bool small) noexcept {
   stat_update(stats_.allocation, small, -1);
-  stat_update(stats_.allocated_bytes, small, -bytes);
+  stat_update(stats_.allocated_bytes, small, -static_cast<std::int64_t>(b->size));
   stat_update(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested));
   if (b->size >= cfg_.max_split_size) stats_.oversize_allocations.current--;
-  stat_update(stats_.active, small, -1);
-  stat_update(stats_.active_bytes, small, -bytes);
   allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
+}
+
+// The block is no longer in use by any stream (torch's "active" stats).
+void DeviceAllocator::account_free_completed(Block* b, bool small) noexcept {
+  stat_update(stats_.active, small, -1);
+  stat_update(stats_.active_bytes, small, -static_cast<std::int64_t>(b->size));
+}
+
+// free_requested + free_completed accounting of a parked block.
+void DeviceAllocator::account_free(Block* b, bool small) noexcept {
+  account_free_requested(b, small);
+  account_free_completed(b, small);
 }
 
 Block* DeviceAllocator::quick_take(std::size_t size, std::size_t orig_size,
@@ -363,13 +370,7 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
     b->allocated = true;
     b->requested = orig_size;
     active_.emplace(b->ptr, b);
-    const auto bytes = static_cast<std::int64_t>(b->size);
-    stat_update(stats_.allocation, b->pool->is_small, 1);
-    stat_update(stats_.active, b->pool->is_small, 1);
-    stat_update(stats_.allocated_bytes, b->pool->is_small, bytes);
-    stat_update(stats_.active_bytes, b->pool->is_small, bytes);
-    stat_update(stats_.requested_bytes, b->pool->is_small, bytes);
-    allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
+    account_alloc(b, b->pool->is_small, orig_size);
     if (history_enabled()) trace("alloc", b->ptr, orig_size, stream, b);
     return b;
   }
@@ -467,19 +468,7 @@ Block* DeviceAllocator::finish_alloc(Block* b, BlockPool& pool, std::size_t size
   b->requested = orig_size;
   active_.emplace(b->ptr, b);
   if (pool.owner) ++pool.owner->live_blocks;
-  const auto bytes = static_cast<std::int64_t>(b->size);
-  stat_update(stats_.allocation, pool.is_small, 1);
-  stat_update(stats_.active, pool.is_small, 1);
-  stat_update(stats_.allocated_bytes, pool.is_small, bytes);
-  stat_update(stats_.active_bytes, pool.is_small, bytes);
-  stat_update(stats_.requested_bytes, pool.is_small, static_cast<std::int64_t>(orig_size));
-  if (b->size >= cfg_.max_split_size) {
-    stats_.oversize_allocations.current++;
-    stats_.oversize_allocations.allocated++;
-    stats_.oversize_allocations.peak =
-        std::max(stats_.oversize_allocations.peak, stats_.oversize_allocations.current);
-  }
-  allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
+  account_alloc(b, pool.is_small, orig_size);
   if (history_enabled()) trace("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
@@ -500,14 +489,8 @@ bool DeviceAllocator::free(void* ptr) {
   Block* b = it->second;
   active_.erase(it);
   b->allocated = false;
-  const bool small = b->pool->is_small;
-  const auto bytes = static_cast<std::int64_t>(b->size);
-  stat_update(stats_.allocation, small, -1);
-  stat_update(stats_.allocated_bytes, small, -bytes);
-  stat_update(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested));
-  if (b->size >= cfg_.max_split_size) stats_.oversize_allocations.current--;
+  account_free_requested(b, b->pool->is_small);
   if (b->pool->owner) --b->pool->owner->live_blocks;
-  allocated_now_.store(stats_.allocated_bytes[0].current, std::memory_order_relaxed);
   if (history_enabled()) trace("free_requested", b->ptr, b->requested, b->stream, b);
 
   if (b->async) {
@@ -557,10 +540,8 @@ void DeviceAllocator::merge(Block* dst, Block* src) {
 void DeviceAllocator::free_block(Block* b, bool stats_done) {
   BlockPool& pool = *b->pool;
   const bool small = pool.is_small;
-  const auto bytes = static_cast<std::int64_t>(b->size);
   if (!stats_done) {
-    stat_update(stats_.active, small, -1);
-    stat_update(stats_.active_bytes, small, -bytes);
+    account_free_completed(b, small);
     if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
   }
   drop_stack(b);

@@ -343,7 +343,9 @@ class DeviceAllocator {
   // fast_lock_ held: a full quick cache goes back to the pool before `incoming` is freed.
   void make_room_in_quick_cache(std::size_t incoming);
   void account_alloc(Block* b, bool small, std::size_t orig_size) noexcept;
-  void account_free(Block* b, bool small) noexcept;
+  void account_free_requested(Block* b, bool small) noexcept;
+  void account_free_completed(Block* b, bool small) noexcept;
+  void account_free(Block* b, bool small) noexcept;  // both
   bool quick_enabled_ = true;  // CUDAKIT_ALLOC_QUICK_CACHE=0 turns the quick cache off (A/B)
   QuickSlot quick_[kQuickSlots];
   std::size_t quick_bytes_ = 0;

@@ -229,3 +229,19 @@ def test_mempool_with_pluggable_allocator_binds(ck):
     assert pool.allocator is alloc
     assert pool.use_count() >= 1
     assert pool.id[0] > 0
+
+
+def test_async_backend_stats_balance():
+    # backend:cudaMallocAsync accounts requested bytes as the request (not the block size),
+    # so alloc + free returns every counter to zero.
+    env = dict(os.environ, CUDAKIT_ALLOC_CONF="backend:cudaMallocAsync")
+    code = ("import cudakit.memory as m\n"
+            "p = m.caching_allocator_alloc(1000)\n"
+            "s = m.memory_stats(); print(s['requested_bytes.all.current'])\n"
+            "m.caching_allocator_delete(p)\n"
+            "s = m.memory_stats()\n"
+            "print(s['requested_bytes.all.current'], s['allocated_bytes.all.current'],"
+            " s['active_bytes.all.current'], s['requested_bytes.all.allocated'])\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1000", "0", "0", "0", "1000"], r.stdout
