@@ -62,14 +62,20 @@ detail::Dim3 wave_grid(int device, std::int64_t items, int per_sm) {
   return detail::Dim3{static_cast<unsigned>(std::min<std::int64_t>(need, std::int64_t{sm_count(device)} * per_sm)), 1, 1};
 }
 
-void go(detail::FunctionHandle f, detail::Dim3 grid, detail::StreamHandle s, void** params) {
-  detail::backend().launch_kernel(f, grid, detail::Dim3{kBlock, 1, 1}, 0, s, params);
+// `f` belongs to `device`'s context (its module was loaded there), and the driver launches a
+// function only under its own context: make that device current for the launch. Found on two
+// GPUs: a device-1 tensor op issued from a thread whose current device was 0 failed with
+// CUDA_ERROR_INVALID_HANDLE. A no-op (a thread-local compare) when `device` is current.
+void go(int device, detail::FunctionHandle f, detail::Dim3 grid, detail::StreamHandle s,
+        void** params, detail::Dim3 block = detail::Dim3{kBlock, 1, 1}) {
+  DeviceGuard on(device);
+  detail::backend().launch_kernel(f, grid, block, 0, s, params);
 }
 
 template <class Args>
 void launch(int device, detail::StreamHandle s, detail::FunctionHandle f, std::int64_t items, Args args) {
   void* params[] = {&args};
-  go(f, grid_for(device, items, kBlock), s, params);
+  go(device, f, grid_for(device, items, kBlock), s, params);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
@@ -91,7 +97,7 @@ void cuda_unary(int device, detail::StreamHandle s, const UnaryArgs& a, int dtyp
     std::int64_t n = a.n;
     int op = a.op;
     void* params[] = {&out, &x, &n, &op};
-    go(f, wave_grid(device, n, kContigBlocksPerSm), s, params);
+    go(device, f, wave_grid(device, n, kContigBlocksPerSm), s, params);
     return;
   }
   auto f = kernel(device, KernelModule::ops, kUnary * kTypes + dtype,
@@ -108,7 +114,7 @@ void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst) {
     const void* x = a.a;
     std::int64_t n = a.n;
     void* params[] = {&out, &x, &n};
-    go(f, wave_grid(device, n, kContigBlocksPerSm), s, params);
+    go(device, f, wave_grid(device, n, kContigBlocksPerSm), s, params);
     return;
   }
   auto f = kernel(device, KernelModule::ops, kCast * kTypes + dst,
@@ -137,7 +143,7 @@ void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCa
     std::int64_t nn = n;
     void* part = partials.get();
     void* params[] = {&in_p, &c, &nn, &part};
-    go(f, grid, s, params);
+    go(device, f, grid, s, params);
   }
   {
     auto f = kernel(device, KernelModule::ops, kSumFinal * kTypes + in_dtype,
@@ -146,7 +152,7 @@ void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCa
     int count = static_cast<int>(grid.x);
     void* o = out;
     void* params[] = {&part, &count, &o};
-    detail::backend().launch_kernel(f, detail::Dim3{1, 1, 1}, detail::Dim3{kBlock, 1, 1}, 0, s, params);
+    go(device, f, detail::Dim3{1, 1, 1}, s, params);
   }
   (void)out_dtype;
   // `partials` is returned to the caching allocator ordered on `s` (allocated there).
@@ -162,11 +168,11 @@ void cuda_sample(int device, detail::StreamHandle s, const rng::SampleArgs& a) {
     const bool uni = a.dist == rng::kUniform;
     auto f = kernel(device, KernelModule::random, kRng * kTypes + (uni ? 0 : 1),
                     [&] { return std::string(uni ? "ck_uniform_f32" : "ck_normal_f32"); });
-    go(f, wave_grid(device, blocks, kRngBlocksPerSm), s, params);
+    go(device, f, wave_grid(device, blocks, kRngBlocksPerSm), s, params);
     return;
   }
   auto f = kernel(device, KernelModule::random, kRng * kTypes + 2, [] { return std::string("ck_sample"); });
-  go(f, grid_for(device, blocks, kBlock), s, params);
+  go(device, f, grid_for(device, blocks, kBlock), s, params);
 }
 
 }  // namespace cudakit::ops
