@@ -323,7 +323,7 @@ void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_
   }
   release(ring_[next_].stack);
   ring_[next_] = sl;
-  next_ = (next_ + 1) % ring_.size();
+  if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
 }
 
 std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r,
