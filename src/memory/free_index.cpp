@@ -7,20 +7,30 @@ namespace cudakit::memory {
 
 FreeBlockIndex::StreamBins* FreeBlockIndex::bins_for(detail::StreamHandle stream) const noexcept {
   if (last_ && last_->stream == stream) return last_;
-  for (const auto& s : streams_) {
-    if (s->stream == stream) return last_ = s.get();
-  }
-  return nullptr;
+  auto it = by_stream_.find(stream);
+  return it == by_stream_.end() ? nullptr : (last_ = it->second);
 }
 
-void FreeBlockIndex::insert(Block* b) noexcept {
+void FreeBlockIndex::insert(Block* b) {
   StreamBins* s = bins_for(b->stream);
   if (!s) {
-    // Bins of a new stream: the only allocation here, once per (pool, stream) ever seen.
-    streams_.push_back(std::make_unique<StreamBins>());
-    s = last_ = streams_.back().get();
+    // A stream with no bins: take over an idle stream's bins (all empty), else make new ones.
+    for (const auto& e : streams_) {
+      if (e->count == 0) {
+        s = e.get();
+        by_stream_.erase(s->stream);
+        break;
+      }
+    }
+    if (!s) {
+      streams_.push_back(std::make_unique<StreamBins>());
+      s = streams_.back().get();
+    }
     s->stream = b->stream;
+    by_stream_[b->stream] = s;
+    last_ = s;
   }
+  ++s->count;
   const unsigned bin = bin_of(b->size);
   Block*& head = s->head[bin];
   b->free_prev = nullptr;
@@ -45,6 +55,7 @@ void FreeBlockIndex::erase(Block* b) noexcept {
   if (b->free_next) b->free_next->free_prev = b->free_prev;
   b->free_prev = b->free_next = nullptr;
   b->free_bins = nullptr;
+  --s->count;
   --count_;
 }
 

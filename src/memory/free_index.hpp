@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -32,7 +33,7 @@ class FreeBlockIndex {
  public:
   static constexpr int kScanLimit = 64;
 
-  void insert(Block* b) noexcept;
+  void insert(Block* b);  // allocates only when a stream with no free blocks gets its first
   void erase(Block* b) noexcept;  // b must be in this index
   // The smallest free block of at least `size` bytes on `stream` (not removed), or nullptr.
   Block* best_fit(detail::StreamHandle stream, std::size_t size) const noexcept;
@@ -40,6 +41,9 @@ class FreeBlockIndex {
   std::size_t size() const noexcept { return count_; }
   // A copy of the members (for the release paths, which erase while they go).
   std::vector<Block*> blocks() const;
+  // Bins objects held: at most the number of streams that have free blocks at one time
+  // (an idle stream's bins are reused by the next new stream). For tests.
+  std::size_t stream_slots() const noexcept { return streams_.size(); }
 
   // Bin of a block size (public for tests).
   static unsigned bin_of(std::size_t size) noexcept {
@@ -58,6 +62,7 @@ class FreeBlockIndex {
 
   struct StreamBins {
     detail::StreamHandle stream = nullptr;
+    std::size_t count = 0;  // free blocks of this stream
     std::uint64_t nonempty[kWords] = {};
     Block* head[kBins] = {};
   };
@@ -65,8 +70,12 @@ class FreeBlockIndex {
   static Block* scan(Block* head, std::size_t size) noexcept;
   static int next_nonempty(const StreamBins& s, unsigned from) noexcept;
 
-  std::vector<std::unique_ptr<StreamBins>> streams_;  // few per pool: searched linearly
-  mutable StreamBins* last_ = nullptr;                 // the stream looked up last
+  // Programs that create and destroy streams (one per request, say) must not grow the
+  // index or slow lookups: bins are found by hash (after a one-entry cache), and the bins of
+  // a stream with no free blocks are handed to the next new stream.
+  std::vector<std::unique_ptr<StreamBins>> streams_;
+  std::unordered_map<detail::StreamHandle, StreamBins*> by_stream_;
+  mutable StreamBins* last_ = nullptr;  // the stream looked up last
   std::size_t count_ = 0;
 };
 

@@ -307,6 +307,8 @@ void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_
   } else {
     ticks = now_ticks();
   }
+  if (ticks < last_ticks_) ticks = last_ticks_;  // a thread moved to a core whose TSC lags
+  last_ticks_ = ticks;
   const Slot sl{action, addr, size, stream, ticks, stack};
   const std::size_t cap = s.max_entries.load(std::memory_order_relaxed);
   if (ring_.size() < cap) {

@@ -149,6 +149,7 @@ class HistoryRecorder {
   std::vector<Slot> ring_;
   std::size_t next_ = 0;  // oldest slot once the ring is full
   std::uint64_t generation_ = 0;
+  std::uint64_t last_ticks_ = 0;  // entries never go back in time (TSCs of two cores may)
   StackRecord* free_ = nullptr;
   std::vector<std::unique_ptr<StackRecord[]>> chunks_;
   std::vector<StackRecord*> buckets_;  // intern table (power-of-two size, chained)

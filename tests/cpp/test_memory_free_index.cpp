@@ -108,3 +108,36 @@ TEST(FreeBlockIndex, MatchesBruteForceBestFit) {
   EXPECT_TRUE(index.empty());
   EXPECT_EQ(index.best_fit(stream_n(0), 512), nullptr);
 }
+
+// Streams that come and go (one per request) reuse bins instead of growing the index.
+TEST(FreeBlockIndex, IdleStreamBinsAreReused) {
+  FreeBlockIndex index;
+  std::vector<std::unique_ptr<Block>> storage;
+  auto make = [&](int stream, std::size_t size) {
+    auto b = std::make_unique<Block>();
+    b->size = size;
+    b->ptr = (storage.size() + 1) << 20;
+    b->stream = stream_n(stream);
+    storage.push_back(std::move(b));
+    return storage.back().get();
+  };
+  for (int i = 0; i < 1000; ++i) {  // one stream at a time holds a free block
+    Block* b = make(100 + i, 4096);
+    index.insert(b);
+    EXPECT_EQ(index.best_fit(stream_n(100 + i), 4096), b);
+    index.erase(b);
+  }
+  EXPECT_EQ(index.stream_slots(), 1u);
+  std::vector<Block*> live;  // ten at a time
+  for (int i = 0; i < 10; ++i) {
+    live.push_back(make(5000 + i, 8192));
+    index.insert(live.back());
+  }
+  EXPECT_LE(index.stream_slots(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(index.best_fit(stream_n(5000 + i), 8192), live[static_cast<std::size_t>(i)]);
+    EXPECT_EQ(index.best_fit(stream_n(100 + i), 512), nullptr);  // idle streams: nothing
+  }
+  for (Block* b : live) index.erase(b);
+  EXPECT_TRUE(index.empty());
+}

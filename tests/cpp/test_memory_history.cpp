@@ -155,12 +155,13 @@ TEST(MemoryHistory, OffRecordsNothingAndBadArgumentsAreRejected) {
 TEST(MemoryHistory, ThreadsRecordWhileSnapshotsAreTaken) {
   HistoryOff off;
   record_memory_history("all", "all", "cpp", 5000);
-  std::atomic<bool> stop{false};
+  constexpr int kThreads = 6;
+  std::atomic<int> done{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 6; ++t) {
-    threads.emplace_back([t, &stop] {
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &done] {
       std::vector<void*> live;
-      for (int i = 0; i < 3000 && !stop; ++i) {
+      for (int i = 0; i < 3000; ++i) {
         live.push_back(caching_allocator_alloc(std::size_t(512) << ((i + t) % 12)));
         if (live.size() > 8) {
           caching_allocator_delete(live.front());
@@ -168,16 +169,19 @@ TEST(MemoryHistory, ThreadsRecordWhileSnapshotsAreTaken) {
         }
       }
       for (void* p : live) caching_allocator_delete(p);
+      done.fetch_add(1);
     });
   }
-  for (int i = 0; i < 20; ++i) {
+  // Snapshots race with the recording threads until they are all done.
+  int snapshots = 0;
+  while (done.load() < kThreads || snapshots < 3) {
     json tr = traces();
     EXPECT_LE(tr.size(), 5000u);
+    ++snapshots;
   }
-  stop = true;
   for (auto& th : threads) th.join();
   json tr = traces();
-  EXPECT_EQ(tr.size(), 5000u);
+  EXPECT_EQ(tr.size(), 5000u);  // 6 x 3000 pairs overflow the ring
   for (const json& e : tr) {
     const std::string a = e["action"];
     if (a == "alloc" || a == "free_requested") EXPECT_FALSE(e["frames"].empty()) << a;
