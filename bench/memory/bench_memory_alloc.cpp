@@ -11,6 +11,7 @@
 
 #include "cudakit/allocation.hpp"
 #include "cudakit/memory.hpp"
+#include "mixed_live_set.hpp"
 
 using namespace cudakit;
 
@@ -35,24 +36,16 @@ static void RawPair(benchmark::State& state) {  // caching_allocator_alloc/delet
 }
 BENCHMARK(RawPair)->Arg(512)->Threads(1)->Threads(8)->UseRealTime();
 
-// A live set of 256 allocations (sizes 512 B .. 8 MiB, log-uniform); each iteration frees a
-// random one and allocates a new size in its place.
+// A live set of 256 allocations (mixed_live_set.hpp); each iteration allocates a new size and
+// then frees the block it replaces (Allocation's move assignment).
 static void Mixed(benchmark::State& state) {
-  std::mt19937 rng(1234 + state.thread_index());
-  std::uniform_real_distribution<double> logsize(9, 23);
+  const MixedLiveSet w(state.thread_index());
   std::vector<Allocation> live;
-  for (int i = 0; i < 256; ++i)
-    live.push_back(allocate_device(static_cast<std::size_t>(std::exp2(logsize(rng)))));
-  std::vector<std::size_t> sizes(4096), idx(4096);
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    sizes[i] = static_cast<std::size_t>(std::exp2(logsize(rng)));
-    idx[i] = rng() % live.size();
-  }
+  for (std::size_t s : w.initial) live.push_back(allocate_device(s));
   std::size_t k = 0;
   for (auto _ : state) {
-    const std::size_t j = k & 4095;
-    live[idx[j]] = allocate_device(sizes[j]);
-    ++k;
+    const std::size_t j = k++ & (MixedLiveSet::kSteps - 1);
+    live[w.index[j]] = allocate_device(w.size[j]);
   }
   state.SetItemsProcessed(state.iterations());
 }
@@ -61,20 +54,14 @@ BENCHMARK(Mixed)->Threads(1)->Threads(8)->UseRealTime();
 // The same live set in torch's benchmark order (bench/torch/alloc_vs_torch.cpp): free the
 // old block first, then allocate the new size (raw caching_allocator_alloc/delete).
 static void MixedFreeFirst(benchmark::State& state) {
-  std::mt19937 rng(1234 + state.thread_index());
-  std::uniform_real_distribution<double> logsize(9, 23);
-  std::vector<void*> live(256);
-  for (auto& p : live) p = caching_allocator_alloc(static_cast<std::size_t>(std::exp2(logsize(rng))));
-  std::vector<std::size_t> sizes(4096), idx(4096);
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    sizes[i] = static_cast<std::size_t>(std::exp2(logsize(rng)));
-    idx[i] = rng() % live.size();
-  }
+  const MixedLiveSet w(state.thread_index());
+  std::vector<void*> live;
+  for (std::size_t s : w.initial) live.push_back(caching_allocator_alloc(s));
   std::size_t k = 0;
   for (auto _ : state) {
-    const std::size_t j = k++ & 4095;
-    caching_allocator_delete(live[idx[j]]);
-    live[idx[j]] = caching_allocator_alloc(sizes[j]);
+    const std::size_t j = k++ & (MixedLiveSet::kSteps - 1);
+    caching_allocator_delete(live[w.index[j]]);
+    live[w.index[j]] = caching_allocator_alloc(w.size[j]);
   }
   for (void* p : live) caching_allocator_delete(p);
   state.SetItemsProcessed(state.iterations());

@@ -5,13 +5,12 @@
 #include <benchmark/benchmark.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
-#include <cmath>
 #include <mutex>
-#include <random>
 #include <vector>
 
 #include "cudakit/device.hpp"
 #include "cudakit/memory.hpp"
+#include "../memory/mixed_live_set.hpp"
 
 namespace c10alloc = c10::cuda::CUDACachingAllocator;
 
@@ -43,25 +42,20 @@ static void Pair(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// 256 live allocations, log-uniform 512 B .. 8 MiB; each iteration replaces a random one.
+// The mixed live set (bench/memory/mixed_live_set.hpp): each iteration frees a random live
+// block and allocates a new size in its place.
 template <class A>
 static void Mixed(benchmark::State& state) {
   init_torch();
   cudakit::set_device(0);
-  std::mt19937 rng(1234 + state.thread_index());
-  std::uniform_real_distribution<double> logsize(9, 23);
-  std::vector<void*> live(256);
-  for (auto& p : live) p = A::alloc(static_cast<std::size_t>(std::exp2(logsize(rng))));
-  std::vector<std::size_t> sizes(4096), idx(4096);
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    sizes[i] = static_cast<std::size_t>(std::exp2(logsize(rng)));
-    idx[i] = rng() % live.size();
-  }
+  const MixedLiveSet w(state.thread_index());
+  std::vector<void*> live;
+  for (std::size_t s : w.initial) live.push_back(A::alloc(s));
   std::size_t k = 0;
   for (auto _ : state) {
-    const std::size_t j = k++ & 4095;
-    A::free(live[idx[j]]);
-    live[idx[j]] = A::alloc(sizes[j]);
+    const std::size_t j = k++ & (MixedLiveSet::kSteps - 1);
+    A::free(live[w.index[j]]);
+    live[w.index[j]] = A::alloc(w.size[j]);
   }
   for (auto p : live) A::free(p);
   state.SetItemsProcessed(state.iterations());
