@@ -5,7 +5,6 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
-#include <random>
 #include <x86intrin.h>
 #include <vector>
 
