@@ -315,14 +315,8 @@ void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_
     ring_.push_back(sl);
     return;
   }
-  if (ring_.size() > cap) {  // max_entries shrank: keep the newest `cap`
-    std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(next_), ring_.end());
-    const std::size_t drop = ring_.size() - cap;
-    for (std::size_t i = 0; i < drop; ++i) release(ring_[i].stack);
-    ring_.erase(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(drop));
-    next_ = 0;
-    if (cap == 0) return;
-  }
+  // Full. (A smaller max_entries arrives with a new generation, which clears the ring at the
+  // next entry; a racing entry in between overwrites in place, which is still correct.)
   release(ring_[next_].stack);
   ring_[next_] = sl;
   if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
@@ -356,28 +350,22 @@ std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
 
 // ---- symbolisation (snapshot time) ----
 
-std::vector<std::string> symbolize(const HistoryContext& ctx) {
-  std::vector<std::string> out;
-  for (void* f : ctx.frames) {
-    Dl_info info{};
-    std::string name;
-    // f is a return address: the call instruction is just before it (matters for the last
-    // instruction of a function that ends in a call to a noreturn function).
-    void* in_call = static_cast<char*>(f) - 1;
-    if (dladdr(in_call, &info) && info.dli_sname) {
-      int status = 0;
-      char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-      name = (status == 0 && dem) ? dem : info.dli_sname;
-      std::free(dem);
-    } else {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%p", f);
-      name = buf;
-    }
-    std::string file = info.dli_fname ? info.dli_fname : "??";
-    out.push_back(name + "\t" + file);
+void symbolize_cpp_frame(void* pc, std::string& file, std::string& name) {
+  Dl_info info{};
+  // pc is a return address: the call instruction is just before it (matters for the last
+  // instruction of a function that ends in a call to a noreturn function).
+  void* in_call = static_cast<char*>(pc) - 1;
+  if (dladdr(in_call, &info) && info.dli_sname) {
+    int status = 0;
+    char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    name = (status == 0 && dem) ? dem : info.dli_sname;
+    std::free(dem);
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%p", pc);
+    name = buf;
   }
-  return out;
+  file = info.dli_fname ? info.dli_fname : "??";
 }
 
 }  // namespace cudakit::memory

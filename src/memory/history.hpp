@@ -91,7 +91,8 @@ struct TraceEntry {
   double time_us = 0;
   std::shared_ptr<HistoryContext> context;
 };
-std::vector<std::string> symbolize(const HistoryContext& ctx);
+// File (the shared object) and demangled function name of a C++ return address.
+void symbolize_cpp_frame(void* pc, std::string& file, std::string& name);
 
 // Pooled, reference-counted stack (owned by one HistoryRecorder).
 // Stacks are interned (one record per distinct stack): a loop allocating from one call site

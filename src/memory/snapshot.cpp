@@ -121,11 +121,7 @@ json frames_json(const std::shared_ptr<HistoryContext>& ctx) {
       if (it != cache.end()) sym = it->second;
     }
     if (sym.first.empty()) {
-      HistoryContext one;
-      one.frames = {pc};
-      std::string s = symbolize(one).front();
-      auto tab = s.find('\t');
-      sym = {s.substr(0, tab), tab == std::string::npos ? "??" : s.substr(tab + 1)};
+      symbolize_cpp_frame(pc, sym.second, sym.first);
       std::lock_guard lock(cache_mutex);
       cache[pc] = sym;
     }
