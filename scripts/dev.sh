@@ -24,18 +24,26 @@ install_deps() {  # [extra packages]
   fi
 }
 
-build() {
-  local py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DPython3_EXECUTABLE="$py" ${CMAKE_ARGS:-}
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+# One interpreter, chosen once, for building the extension and for running Python: the
+# Debian one that install_deps gives numpy/pytest/pybind11 (a pyenv/conda `python3` earlier on
+# PATH would lack them). PYTHON=... overrides.
+PYTHON=${PYTHON:-/usr/bin/python3}
+[ -x "$PYTHON" ] || PYTHON=$(command -v python3)
+
+build() {  # [targets...]: none = everything
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DPython3_EXECUTABLE="$PYTHON" ${CMAKE_ARGS:-}
+  if [ $# -gt 0 ]; then
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target "$@"
+  else
+    cmake --build "$BUILD_DIR" -j "$JOBS"
+  fi
 }
 
 # Sanitizer builds of the concurrency-heavy C++ tests on the emulated backend (TSan), and of
 # the allocator fuzz/OOM tests (ASan+UBSan). Only these targets are built, to keep CI short.
 sanitize() {
   local kind=$1 dir=$2; shift 2
-  local py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
-  cmake -S . -B "$dir" -G Ninja -DPython3_EXECUTABLE="$py" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B "$dir" -G Ninja -DPython3_EXECUTABLE="$PYTHON" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCUDAKIT_SANITIZE="$kind" -DCUDAKIT_BUILD_PYTHON=OFF -DCUDAKIT_BUILD_BENCH=OFF >/dev/null
   local targets=()
   for t in "$@"; do [ -f "tests/cpp/$t.cpp" ] && targets+=("$t"); done
@@ -52,12 +60,12 @@ gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/nul
 
 case "$mode" in
   showcase)
-    install_deps; build
+    install_deps; build cudakit_showcase cudakit_python  # only what the showcase runs
     backend=emulated; gpu_present && backend=cuda
     echo "== C++ showcase on the $backend backend"
     CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_showcase"
     echo "== Python showcase on the $backend backend"
-    CUDAKIT_BACKEND=$backend PYTHONPATH="$BUILD_DIR/python" python3 examples/showcase.py
+    CUDAKIT_BACKEND=$backend PYTHONPATH="$BUILD_DIR/python" "$PYTHON" examples/showcase.py
     ;;
   test)
     install_deps chromium; build  # chromium: the memory viewer's headless-browser test
