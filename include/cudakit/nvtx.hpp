@@ -22,8 +22,9 @@
 //
 // Thread-safety: every function may be called from any thread. Push/pop nesting is per thread
 // (as in NVTX), so a ScopedRange must be destroyed on the thread that made it. Domain objects
-// live until the process exits; Domain::get and the category functions take a lock, the
-// range/mark calls do not and never allocate.
+// live until the process exits; Domain::get and the category functions take a lock, as does
+// a domain's first use (creating its NVTX handle, once). The range/mark calls take no lock and
+// do not allocate, except a thread's first range in each domain past the 32nd.
 #pragma once
 
 #include <atomic>

@@ -16,6 +16,7 @@
 
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -591,9 +592,10 @@ PyObject* range_make(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames)
     Py_DECREF(formatted);
     return nullptr;
   }
+  // PyObject_New leaves the fields raw: construct them in place.
   self->message = formatted;
   self->domain = p.domain;
-  self->attributes = p.attributes;
+  new (&self->attributes) nv::Attributes(p.attributes);
   self->attributes.message = utf8;
   self->plain = plain(p);
   return reinterpret_cast<PyObject*>(self);
