@@ -71,6 +71,7 @@ from .random import (  # noqa: E402,F401
     get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed,
     seed_all, set_rng_state, set_rng_state_all,
 )
+from . import nvtx, profiler  # noqa: E402,F401  (cudakit.nvtx.*, cudakit.profiler.*, as torch.cuda)
 # Arrays and built-in ops (dtype names such as cudakit.float32 / cudakit.bool, as torch).
 from .tensor import *  # noqa: E402,F401,F403
 

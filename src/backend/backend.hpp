@@ -183,6 +183,13 @@ class Backend {
   virtual std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) = 0;
   virtual std::vector<GraphEdge> graph_edges(GraphHandle g) = 0;
   virtual void graph_debug_dot_print(GraphHandle g, const std::string& path) = 0;
+
+  // ---- profiler control (cuProfilerStart/Stop: the capture-range hooks of Nsight Systems
+  // and Nsight Compute) ----
+  // Act on the calling thread's current context (device 0's primary context if it has none).
+  // Idempotent, as the driver's. The emulated backend records the state (test-visible).
+  virtual void profiler_start() = 0;
+  virtual void profiler_stop() = 0;
 };
 
 // The process's backend, created on first use from CUDAKIT_BACKEND. Never throws for an

@@ -3,7 +3,7 @@
 
 cuGetProcAddress(name, request) hands back the newest ABI variant of `name` whose version is
 <= request. For every row X(name, pfn_version, request_version, required) this verifies that
-the newest PFN_<name>_v<N> in cudaTypedefs.h with N <= request_version is pfn_version, i.e.
+the newest PFN_<name>_v<N> in cudaTypedefs.h (or cudaProfilerTypedefs.h) with N <= request_version is pfn_version, i.e.
 that the driver returns exactly the prototype the table calls through. (driver_api.cpp
 static_asserts separately that each PFN type equals cuda.h's prototype.)
 
@@ -15,7 +15,8 @@ import sys
 
 here = pathlib.Path(__file__).resolve().parent
 include = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/usr/local/cuda/include")
-typedefs = (include / "cudaTypedefs.h").read_text()
+# cudaProfilerTypedefs.h: cuProfilerStart/Stop live in cudaProfiler.h, outside cudaTypedefs.h.
+typedefs = "".join((include / h).read_text() for h in ("cudaTypedefs.h", "cudaProfilerTypedefs.h"))
 table = (here / "driver_api.hpp").read_text()
 
 rows = re.findall(r"X\((cu\w+),\s*(\d+),\s*(\d+),\s*(true|false)\)", table)

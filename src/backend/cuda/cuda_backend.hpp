@@ -2,8 +2,8 @@
 //
 // Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
 // cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
-// cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches) and
-// cuda_telemetry.cpp (NVML).
+// cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
+// cuda_profiler.cpp (cuProfilerStart/Stop) and cuda_telemetry.cpp (NVML).
 //
 // Contexts: every device uses its primary context, retained once on first use and never
 // released (the process keeps it until exit; releasing at exit would call the driver during
@@ -123,6 +123,10 @@ class CudaBackend final : public Backend {
   std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) override;
   std::vector<GraphEdge> graph_edges(GraphHandle g) override;
   void graph_debug_dot_print(GraphHandle g, const std::string& path) override;
+
+  // ---- profiler control (cuda_profiler.cpp) ----
+  void profiler_start() override;
+  void profiler_stop() override;
 
   // ---- helpers shared by the topic files ----
 

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaProfilerTypedefs.h>  // PFN_cuProfilerStart/Stop (cudaProfiler.h)
 #include <cudaTypedefs.h>
 
 #include <string>
@@ -111,7 +112,9 @@ namespace cudakit::detail::cuda {
   X(cuGraphDebugDotPrint, 11030, 12080, false)               \
   X(cuUserObjectCreate, 11030, 12080, false)                  \
   X(cuUserObjectRelease, 11030, 12080, false)                 \
-  X(cuGraphRetainUserObject, 11030, 12080, false)
+  X(cuGraphRetainUserObject, 11030, 12080, false)             \
+  X(cuProfilerStart, 4000, 12080, false)                      \
+  X(cuProfilerStop, 4000, 12080, false)
 
 // Entry points newer than the CUDA 13.0 headers we build against, so there is no PFN_
 // typedef to check against: prototypes are from NVIDIA's driver API reference. They have a

@@ -4,6 +4,7 @@
 // Thread-safety: safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -17,5 +18,16 @@ inline bool is_emulated_backend() {
   if (backend_created()) return std::strcmp(backend().name(), "emulated") == 0;
   return selected_backend_name() == "emulated";
 }
+
+// What profiler_start/profiler_stop did on the emulated backend (it has nothing to profile,
+// so tests observe the recorded state instead): whether profiling is on, and how many calls
+// reached the backend.
+struct EmulatedProfilerState {
+  bool active = false;
+  std::uint64_t starts = 0, stops = 0;
+};
+// The emulated backend's profiler state; false (and *out untouched) on another backend.
+// Never creates the backend.
+bool emulated_profiler_state(EmulatedProfilerState* out) noexcept;
 
 }  // namespace cudakit::detail

@@ -9,6 +9,7 @@
 //   capture.cpp   stream capture (fork/join, invalidation)
 //   graphs.cpp    graph inspection, instantiate, replay, DOT output
 //   telemetry.cpp utilization and memory telemetry
+//   profiler.cpp  profiler start/stop (recorded state only)
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -36,6 +37,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/config.hpp"
+#include "backend/emulated/emulated_control.hpp"
 
 namespace cudakit::detail::emulated {
 
@@ -245,6 +247,10 @@ class EmulatedBackend final : public Backend {
   std::vector<GraphEdge> graph_edges(GraphHandle g) override;
   void graph_debug_dot_print(GraphHandle g, const std::string& path) override;
 
+  void profiler_start() override;
+  void profiler_stop() override;
+  EmulatedProfilerState profiler_state() const noexcept;
+
  private:
   // ---- devices ----
   Device& dev(int device);  // throws invalid_device
@@ -316,6 +322,9 @@ class EmulatedBackend final : public Backend {
 
   Config config_;
   std::vector<std::unique_ptr<Device>> devices_;
+  // ---- profiler control (profiler.cpp): recorded only, nothing to profile ----
+  std::atomic<bool> profiler_active_{false};
+  std::atomic<std::uint64_t> profiler_starts_{0}, profiler_stops_{0};
 };
 
 // Throws AcceleratorError(code) with context `what` (CUresult numbering, error.hpp).

@@ -1,0 +1,96 @@
+"""cudakit.profiler start/stop/profile: the emulated backend's recorded state in CI,
+cuProfilerStart/Stop on a GPU, and a clear error on the cuda backend without a device."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import cudakit
+import cudakit.profiler as profiler
+
+
+def state():
+    return cudakit._C._profiler_emulated_state()
+
+
+def test_torch_names_exist():
+    assert cudakit.profiler is profiler
+    assert profiler.__all__ == ["start", "stop", "profile"]
+
+
+def test_start_stop_toggle_the_emulated_state(ck, emulated_only):
+    before = state()
+    profiler.start()
+    s = state()
+    assert s["active"] is True and s["starts"] == before["starts"] + 1
+    profiler.start()  # idempotent
+    assert state()["active"] is True
+    profiler.stop()
+    s = state()
+    assert s["active"] is False and s["stops"] == before["stops"] + 1
+    profiler.stop()
+    assert state()["active"] is False
+
+
+def test_profile_context_manager(ck, emulated_only):
+    with profiler.profile() as p:
+        assert p is None
+        assert state()["active"] is True
+    assert state()["active"] is False
+    with pytest.raises(KeyError):
+        with profiler.profile():
+            raise KeyError("inside")
+    assert state()["active"] is False  # stopped on the way out of an exception
+
+
+def test_start_from_another_thread_is_process_wide(ck, emulated_only):
+    t = threading.Thread(target=profiler.start)
+    t.start()
+    t.join()
+    assert state()["active"] is True
+    profiler.stop()
+    assert state()["active"] is False
+
+
+@pytest.mark.gpu
+def test_start_stop_on_the_gpu(ck):
+    assert state() is None  # not the emulated backend
+    profiler.start()
+    profiler.stop()
+    with profiler.profile():
+        pass
+    t = threading.Thread(target=lambda: (profiler.start(), profiler.stop()))
+    t.start()
+    t.join()
+
+
+def test_cuda_backend_without_a_device_is_a_clear_error():
+    code = textwrap.dedent("""
+        import cudakit, cudakit.profiler as profiler
+        if cudakit.is_available():
+            print("SKIP a CUDA device is present")
+            raise SystemExit(0)
+        try:
+            profiler.start()
+        except cudakit.AcceleratorError as e:
+            assert "profiler_start" in str(e), str(e)
+            assert isinstance(e, RuntimeError)
+        else:
+            raise AssertionError("start() did not raise without a device")
+        try:
+            with profiler.profile():
+                raise AssertionError("the block ran")
+        except cudakit.AcceleratorError:
+            pass
+        print("OK")
+    """)
+    env = dict(os.environ, CUDAKIT_BACKEND="cuda")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.startswith("SKIP"):
+        pytest.skip(out.stdout.strip())
+    assert out.stdout.strip() == "OK"
