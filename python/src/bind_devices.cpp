@@ -154,8 +154,8 @@ and torch.device objects. Tensor.device, Stream.device and Event.device return o
   }, py::arg("device") = py::none());
   m.def("can_device_access_peer",
         [](py::handle a, py::handle b) {
-          return can_device_access_peer(cuda_index(a, Arg{"can_device_access_peer", "device"}, false),
-                                        cuda_index(b, Arg{"can_device_access_peer", "peer_device"}, false));
+          const int d = cuda_index(a, Arg{"can_device_access_peer", "device"}, false);
+          return can_device_access_peer(d, cuda_index(b, Arg{"can_device_access_peer", "peer_device"}, false));
         },
         py::arg("device"), py::arg("peer_device"));
   m.def("_device_of_pointer", [](std::uintptr_t p) { return device_of_pointer(reinterpret_cast<const void*>(p)); });

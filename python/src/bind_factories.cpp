@@ -127,7 +127,8 @@ TensorOptions like_opts(const Tensor& t, py::handle dtype, py::handle device, co
 void bind(py::module_& m) {
 #define CK_FACTORY(name, FN)                                                                          \
   m.def(name, [](py::args s, py::handle dtype, py::handle device, py::handle pin) {                   \
-    return FN(shape_from_args(s, Arg{name, "size"}), opts(name, dtype, device, pin, DType::float32)); \
+    const Shape shape = shape_from_args(s, Arg{name, "size"});                                      \
+    return FN(shape, opts(name, dtype, device, pin, DType::float32));                                 \
   }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("pin_memory") = false)
   CK_FACTORY("empty", empty);
   CK_FACTORY("zeros", zeros);
@@ -136,7 +137,8 @@ void bind(py::module_& m) {
   m.def("full", [](py::handle size, py::handle v, py::handle dtype, py::handle device, py::handle pin) {
           const Scalar sc = scalar_arg(v, Arg{"full", "fill_value"});
           const DType def = sc.kind == Scalar::Kind::floating ? DType::float32 : sc.default_dtype();
-          return full(shape_arg(size, Arg{"full", "size"}), sc, opts("full", dtype, device, pin, def));
+          const Shape shape = shape_arg(size, Arg{"full", "size"});
+          return full(shape, sc, opts("full", dtype, device, pin, def));
         }, py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
         py::arg("device") = py::none(), py::arg("pin_memory") = false);
   m.def("arange", [](py::handle a, py::handle b, py::handle step, py::handle dtype, py::handle device) {
@@ -194,7 +196,8 @@ void bind(py::module_& m) {
         }, py::arg("data"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none());
 
   m.def("matmul", [](py::handle a, py::handle b) {
-    return matmul(tensor_arg(a, Arg{"matmul", "input"}), tensor_arg(b, Arg{"matmul", "other"}));
+    const Tensor& x = tensor_arg(a, Arg{"matmul", "input"});
+    return matmul(x, tensor_arg(b, Arg{"matmul", "other"}));
   }, py::arg("input"), py::arg("other"));
   m.def("sum", [](py::handle a) { return sum(tensor_arg(a, Arg{"sum", "input"})); }, py::arg("input"));
   m.def("relu", [](py::handle a) { return relu(tensor_arg(a, Arg{"relu", "input"})); }, py::arg("input"));

@@ -86,15 +86,16 @@ void bind(py::module_& m) {
   m.def("_mem_reset_peak", [](py::handle d) { reset_peak_memory_stats(dev(d, "reset_peak_memory_stats")); }, py::arg("device") = py::none());
   m.def("_mem_reset_accumulated", [](py::handle d) { reset_accumulated_memory_stats(dev(d, "reset_accumulated_memory_stats")); }, py::arg("device") = py::none());
   m.def("_mem_summary", [](py::handle d, py::handle abbreviated) {
-    return memory_summary(dev(d, "memory_summary"), to_bool(abbreviated, Arg{"memory_summary", "abbreviated"}));
+    const int di = dev(d, "memory_summary");
+    return memory_summary(di, to_bool(abbreviated, Arg{"memory_summary", "abbreviated"}));
   }, py::arg("device") = py::none(), py::arg("abbreviated") = false);
   m.def("_mem_empty_cache", [] {
     py::gil_scoped_release nogil;
     empty_cache();
   });
   m.def("_mem_set_fraction", [](py::handle f, py::handle d) {
-    set_per_process_memory_fraction(to_double(f, Arg{"set_per_process_memory_fraction", "fraction"}),
-                                    dev(d, "set_per_process_memory_fraction"));
+    const double fraction = to_double(f, Arg{"set_per_process_memory_fraction", "fraction"});
+    set_per_process_memory_fraction(fraction, dev(d, "set_per_process_memory_fraction"));
   }, py::arg("fraction"), py::arg("device") = py::none());
   m.def("_mem_get_fraction", [](py::handle d) { return get_per_process_memory_fraction(dev(d, "get_per_process_memory_fraction")); },
         py::arg("device") = py::none());
@@ -173,15 +174,17 @@ void bind(py::module_& m) {
   // user's values through: converted here like every public argument.
   py::class_<MemPool>(m, "_MemPool")
       .def(py::init([](py::handle use_on_oom, py::handle no_split, py::handle d) {
-             return std::make_unique<MemPool>(to_bool(use_on_oom, Arg{"MemPool", "use_on_oom"}),
-                                              to_bool(no_split, Arg{"MemPool", "no_split"}), dev(d, "MemPool"));
+             const bool oom = to_bool(use_on_oom, Arg{"MemPool", "use_on_oom"});
+             const bool split = to_bool(no_split, Arg{"MemPool", "no_split"});
+             return std::make_unique<MemPool>(oom, split, dev(d, "MemPool"));
            }),
            py::arg("use_on_oom") = false, py::arg("no_split") = false, py::arg("device") = py::none())
       .def(py::init([](MempoolId id, py::handle d) { return std::make_unique<MemPool>(id, dev(d, "MemPool")); }),
            py::arg("id"), py::arg("device") = py::none())
       .def(py::init([](const PluggableAllocator& a, py::handle use_on_oom, py::handle no_split, py::handle d) {
-             return std::make_unique<MemPool>(a, to_bool(use_on_oom, Arg{"MemPool", "use_on_oom"}),
-                                              to_bool(no_split, Arg{"MemPool", "no_split"}), dev(d, "MemPool"));
+             const bool oom = to_bool(use_on_oom, Arg{"MemPool", "use_on_oom"});
+             const bool split = to_bool(no_split, Arg{"MemPool", "no_split"});
+             return std::make_unique<MemPool>(a, oom, split, dev(d, "MemPool"));
            }),
            py::arg("allocator"), py::arg("use_on_oom") = false, py::arg("no_split") = false,
            py::arg("device") = py::none())
@@ -200,9 +203,9 @@ void bind(py::module_& m) {
   py::class_<PluggableAllocator>(m, "_PluggableAllocator")
       .def(py::init([](py::handle path, py::handle alloc_fn, py::handle free_fn) {
              const char* fn = "CUDAPluggableAllocator";
-             return std::make_unique<PluggableAllocator>(to_string(path, Arg{fn, "path_to_so_file"}),
-                                                         to_string(alloc_fn, Arg{fn, "alloc_fn_name"}),
-                                                         to_string(free_fn, Arg{fn, "free_fn_name"}));
+             const std::string so = to_string(path, Arg{fn, "path_to_so_file"});
+             const std::string a = to_string(alloc_fn, Arg{fn, "alloc_fn_name"});
+             return std::make_unique<PluggableAllocator>(so, a, to_string(free_fn, Arg{fn, "free_fn_name"}));
            }),
            py::arg("path_to_so"), py::arg("alloc_fn_name"), py::arg("free_fn_name"));
   m.def("_mem_change_allocator", &change_current_allocator);

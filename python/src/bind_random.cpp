@@ -36,7 +36,7 @@ const Tensor& state_arg(py::handle t, const char* fn) { return tensor_arg(t, Arg
 
 TensorOptions opts(const char* fn, py::handle dtype, py::handle device, DType def) {
   return TensorOptions{dtype.is_none() ? def : dtype_arg(dtype, Arg{fn, "dtype"}), device_arg(device, Arg{fn, "device"}),
-                       false};
+                       false};  // braced: evaluated left to right
 }
 
 void bind(py::module_& m) {
@@ -65,8 +65,8 @@ generator= to rand/randn/randint/uniform_/normal_.)doc")
       .def("capture_epilogue", &Generator::capture_epilogue)
       .def("replay_prologue", [](Generator& g, py::handle blocks, py::handle stream) {
         const int d = g.device().index;
-        g.replay_prologue(to_uint64(blocks, Arg{"Generator.replay_prologue", "graph_blocks"}),
-                          stream_arg(stream, Arg{"Generator.replay_prologue", "stream"}, d));
+        const std::uint64_t n = to_uint64(blocks, Arg{"Generator.replay_prologue", "graph_blocks"});
+        g.replay_prologue(n, stream_arg(stream, Arg{"Generator.replay_prologue", "stream"}, d));
       }, py::arg("graph_blocks"), py::arg("stream") = py::none());
 
   m.def("_default_generator",
@@ -92,12 +92,14 @@ generator= to rand/randn/randint/uniform_/normal_.)doc")
   });
 
   m.def("rand", [](py::args s, py::handle dtype, py::handle device, py::handle gen) {
-          return rand(shape_from_args(s, Arg{"rand", "size"}), opts("rand", dtype, device, DType::float32),
-                      generator_arg(gen, "rand"));
+          const Shape shape = shape_from_args(s, Arg{"rand", "size"});
+          const TensorOptions o = opts("rand", dtype, device, DType::float32);
+          return rand(shape, o, generator_arg(gen, "rand"));
         }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("generator") = py::none());
   m.def("randn", [](py::args s, py::handle dtype, py::handle device, py::handle gen) {
-          return randn(shape_from_args(s, Arg{"randn", "size"}), opts("randn", dtype, device, DType::float32),
-                       generator_arg(gen, "randn"));
+          const Shape shape = shape_from_args(s, Arg{"randn", "size"});
+          const TensorOptions o = opts("randn", dtype, device, DType::float32);
+          return randn(shape, o, generator_arg(gen, "randn"));
         }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("generator") = py::none());
   m.def("randint", [](py::args args, py::handle dtype, py::handle device, py::handle gen) {
           // randint(high, size) or randint(low, high, size), as torch.
@@ -114,8 +116,9 @@ generator= to rand/randn/randint/uniform_/normal_.)doc")
             throw ArgTypeError("randint() takes (high, size) or (low, high, size), got " +
                                std::to_string(args.size()) + " positional arguments");
           }
-          return randint(low, high, shape_arg(size, Arg{"randint", "size"}), opts("randint", dtype, device, DType::int64),
-                         generator_arg(gen, "randint"));
+          const Shape shape = shape_arg(size, Arg{"randint", "size"});
+          const TensorOptions o = opts("randint", dtype, device, DType::int64);
+          return randint(low, high, shape, o, generator_arg(gen, "randint"));
         }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("generator") = py::none());
 }
 

@@ -181,7 +181,8 @@ void bind(py::module_& m) {
   m.attr("cdouble") = py::cast(DType::complex128);
   m.def("_dtype_from_name", [](py::handle n) { return dtype_arg(n, Arg{"_dtype_from_name", "name"}); });
   m.def("promote_types", [](py::handle a, py::handle b) {
-    return promote_types(dtype_arg(a, Arg{"promote_types", "type1"}), dtype_arg(b, Arg{"promote_types", "type2"}));
+    const DType t1 = dtype_arg(a, Arg{"promote_types", "type1"});
+    return promote_types(t1, dtype_arg(b, Arg{"promote_types", "type2"}));
   }, py::arg("type1"), py::arg("type2"));
   m.def("result_type", [](py::handle a, py::handle b) {
     const Tensor& t = tensor_arg(a, Arg{"result_type", "tensor1"});
@@ -232,7 +233,8 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
         return t.permute(dims);
       })
       .def("transpose", [](const Tensor& t, py::handle d0, py::handle d1) {
-        return t.transpose(to_int64(d0, Arg{"Tensor.transpose", "dim0"}), to_int64(d1, Arg{"Tensor.transpose", "dim1"}));
+        const std::int64_t a0 = to_int64(d0, Arg{"Tensor.transpose", "dim0"});
+        return t.transpose(a0, to_int64(d1, Arg{"Tensor.transpose", "dim1"}));
       }, py::arg("dim0"), py::arg("dim1"))
       .def("permute", [](const Tensor& t, py::args a) { return t.permute(shape_from_args(a, Arg{"Tensor.permute", "dims"})); })
       .def("unsqueeze", [](const Tensor& t, py::handle d) { return t.unsqueeze(dim_arg(d, "Tensor.unsqueeze")); },
@@ -255,7 +257,8 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
       .def("contiguous", &Tensor::contiguous)
       .def("clone", &Tensor::clone)
       .def("copy_", [](Tensor& t, py::handle src, py::handle nb) -> Tensor& {
-        return t.copy_(other_tensor(t, src, Arg{"Tensor.copy_", "src"}), to_bool(nb, Arg{"Tensor.copy_", "non_blocking"}));
+        Tensor s = other_tensor(t, src, Arg{"Tensor.copy_", "src"});
+        return t.copy_(s, to_bool(nb, Arg{"Tensor.copy_", "non_blocking"}));
       }, py::arg("src"), py::arg("non_blocking") = false, py::return_value_policy::reference_internal)
       .def("to", [](const Tensor& t, py::args args, py::handle dtype, py::handle device, py::handle nb, py::handle copy) {
         auto [dt, dev] = to_args(args, dtype, device);
@@ -266,7 +269,8 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
          py::arg("non_blocking") = false, py::arg("copy") = false)
       .def("cpu", [](const Tensor& t) { return t.to(Device::cpu()); })
       .def("cuda", [](const Tensor& t, py::handle device, py::handle nb) {
-        return t.to(Device::cuda(cuda_index(device, Arg{"Tensor.cuda", "device"})), to_bool(nb, Arg{"Tensor.cuda", "non_blocking"}));
+        const Device d = Device::cuda(cuda_index(device, Arg{"Tensor.cuda", "device"}));
+        return t.to(d, to_bool(nb, Arg{"Tensor.cuda", "non_blocking"}));
       }, py::arg("device") = py::none(), py::arg("non_blocking") = false)
       .def("pin_memory", &Tensor::pin_memory)
       .def("record_stream", [](const Tensor& t, py::handle s) {
@@ -294,8 +298,11 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
       .def("__int__", [](const Tensor& t) -> py::object {
         Scalar s = one_element(t);
         if (s.kind == Scalar::Kind::complex) throw py::type_error("can't convert a complex tensor to int");
-        if (s.kind == Scalar::Kind::floating)  // Python's int(float): truncates, raises for nan/inf
-          return py::reinterpret_steal<py::object>(PyNumber_Long(py::float_(s.d).ptr()));
+        if (s.kind == Scalar::Kind::floating) {  // Python's int(float): truncates, raises for nan/inf
+          PyObject* r = PyNumber_Long(py::float_(s.d).ptr());
+          if (!r) throw py::error_already_set();
+          return py::reinterpret_steal<py::object>(r);
+        }
         return py::int_(s.i);
       })
       .def("__index__", [](const Tensor& t) {
@@ -313,13 +320,15 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
       }, py::return_value_policy::reference_internal)
       .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
       .def("uniform_", [](Tensor& t, py::handle from, py::handle to, py::handle gen) -> Tensor& {
-        return t.uniform_(to_double(from, Arg{"Tensor.uniform_", "from"}), to_double(to, Arg{"Tensor.uniform_", "to"}),
-                          generator_arg(gen, Arg{"Tensor.uniform_", "generator"}));
+        const double lo = to_double(from, Arg{"Tensor.uniform_", "from"});
+        const double hi = to_double(to, Arg{"Tensor.uniform_", "to"});
+        return t.uniform_(lo, hi, generator_arg(gen, Arg{"Tensor.uniform_", "generator"}));
       }, py::arg("from_") = 0.0, py::arg("to") = 1.0, py::kw_only(), py::arg("generator") = py::none(),
          py::return_value_policy::reference_internal)
       .def("normal_", [](Tensor& t, py::handle mean, py::handle std, py::handle gen) -> Tensor& {
-        return t.normal_(to_double(mean, Arg{"Tensor.normal_", "mean"}), to_double(std, Arg{"Tensor.normal_", "std"}),
-                         generator_arg(gen, Arg{"Tensor.normal_", "generator"}));
+        const double m = to_double(mean, Arg{"Tensor.normal_", "mean"});
+        const double sd = to_double(std, Arg{"Tensor.normal_", "std"});
+        return t.normal_(m, sd, generator_arg(gen, Arg{"Tensor.normal_", "generator"}));
       }, py::arg("mean") = 0.0, py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = py::none(),
          py::return_value_policy::reference_internal)
       // ops
@@ -357,8 +366,9 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
   CK_BINARY("__gt__", "Tensor.__gt__", gt(x, y), gt(x, s));
   CK_BINARY("__ge__", "Tensor.__ge__", ge(x, y), ge(x, s));
 #undef CK_BINARY
-  // Defining __eq__ made pybind11 set __hash__ to None; torch hashes tensors by identity.
-  cls.attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
+  // Defining __eq__ made pybind11 set __hash__ to None; torch hashes a tensor by identity
+  // (hash(t) == id(t)).
+  cls.def("__hash__", [](py::handle self) { return reinterpret_cast<std::intptr_t>(self.ptr()); });
 
 #define CK_METHOD(pyname, fn_name, TENSOR_EXPR, SCALAR_EXPR)                                          \
   cls.def(pyname, [](const Tensor& a, py::handle b) {                                                 \

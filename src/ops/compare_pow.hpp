@@ -76,9 +76,30 @@ CK_HD double ck_cos(double a) { return ::cos(a); }
 CK_HD float ck_sin(float a) { return ::sinf(a); }
 CK_HD double ck_sin(double a) { return ::sin(a); }
 
+template <class R>
+CK_HD Complex<R> complex_mul(Complex<R> x, Complex<R> y) {
+  return Complex<R>{x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re};
+}
+
 // Principal value exp(b * log(a)); 0 ** 0 = 1 and 0 ** b = 0 for Re(b) > 0, as NumPy.
+// Small integer exponents multiply instead (exact where products are: (1+1j)**2 == 2j, as
+// NumPy and torch give, where exp/log would leave rounding noise in the real part).
 template <class R>
 CK_HD Complex<R> complex_pow(Complex<R> a, Complex<R> b) {
+  if (b.im == 0 && b.re >= -64 && b.re <= 64 && b.re == static_cast<R>(static_cast<int>(b.re))) {
+    int e = static_cast<int>(b.re);
+    const bool inverse = e < 0;
+    if (inverse) e = -e;
+    Complex<R> r{R(1), R(0)}, base = a;
+    while (e) {
+      if (e & 1) r = complex_mul(r, base);
+      base = complex_mul(base, base);
+      e >>= 1;
+    }
+    if (!inverse) return r;
+    const R d = r.re * r.re + r.im * r.im;  // 1 / r
+    return Complex<R>{r.re / d, -r.im / d};
+  }
   if (a.re == 0 && a.im == 0) {
     if (b.re == 0 && b.im == 0) return Complex<R>{R(1), R(0)};
     if (b.re > 0) return Complex<R>{R(0), R(0)};

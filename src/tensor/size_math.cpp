@@ -73,7 +73,7 @@ std::int64_t checked_numel(const Shape& sizes, const char* what) {
 }
 
 StorageSpan checked_span(const Shape& sizes, const Shape& strides, DType dtype,
-                         const Device& device, const char* what) {
+                         const Device& device, const char* what, bool allocation) {
   if (sizes.size() != strides.size())
     throw ValueError(std::string(what) + ": sizes " + shape_str(sizes) + " and strides " +
                      shape_str(strides) + " must have the same length");
@@ -92,6 +92,10 @@ StorageSpan checked_span(const Shape& sizes, const Shape& strides, DType dtype,
   const unsigned __int128 elems = static_cast<unsigned __int128>(
                                       static_cast<__int128>(sp.hi) - static_cast<__int128>(sp.lo)) + 1;
   const unsigned __int128 bytes = elems * element_size(dtype);  // < 2**68: no overflow
+  if (bytes > kMaxAllocBytes && !allocation)
+    throw ValueError(std::string(what) + ": sizes " + shape_str(sizes) + " with strides " + shape_str(strides) +
+                     " of " + dtype_name(dtype) + " span " + u128_str(bytes) +
+                     " bytes, more than any memory can hold (at most 2**63-1 bytes)");
   if (bytes > kMaxAllocBytes) throw_too_large(bytes, sizes, dtype, device, what);
   sp.nbytes = static_cast<std::size_t>(bytes);
   return sp;

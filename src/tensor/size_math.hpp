@@ -35,10 +35,11 @@ struct StorageSpan {
 std::int64_t checked_numel(const Shape& sizes, const char* what);
 
 // Span and byte size of a (sizes, strides) view of `dtype`: ValueError as checked_numel, or
-// when an offset overflows 64 bits; OutOfMemoryError (device = `device`'s index, -1 for
-// host) when the bytes exceed kMaxAllocBytes.
+// when an offset overflows 64 bits. Bytes over kMaxAllocBytes: for an `allocation`, an
+// OutOfMemoryError (device = `device`'s index, -1 for host) carrying the requested bytes;
+// for a view of existing memory (views, from_blob, DLPack), a ValueError.
 StorageSpan checked_span(const Shape& sizes, const Shape& strides, DType dtype,
-                         const Device& device, const char* what);
+                         const Device& device, const char* what, bool allocation = true);
 
 // Bytes of a contiguous tensor of `sizes` and `dtype` (checked as checked_span).
 std::size_t checked_numel_bytes(const Shape& sizes, DType dtype, const Device& device,

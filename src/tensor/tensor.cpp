@@ -159,13 +159,14 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape
   // elements lie inside its storage, so later arithmetic (numel(), nbytes(), kernels'
   // offsets) cannot overflow or reach outside the allocation.
   const Device dev = device();
-  const detail::StorageSpan sp = detail::checked_span(sizes_, strides_, dtype_, dev, "Tensor");
+  const detail::StorageSpan sp = detail::checked_span(sizes_, strides_, dtype_, dev, "Tensor", /*allocation=*/false);
   if (sp.empty()) return;
   const auto es = static_cast<std::int64_t>(element_size());
   std::int64_t all_bytes = 0;
   if (__builtin_mul_overflow(sp.numel, es, &all_bytes))
-    throw ValueError("a view of shape " + shape_str(sizes_) + " of " + dtype_name(dtype_) + " has " +
-                     std::to_string(sp.numel) + " elements, more bytes than a tensor can describe");
+    throw ValueError("a view of shape " + shape_str(sizes_) + " of " + dtype_name(dtype_) + " would have " +
+                     std::to_string(sp.numel) + " elements of " + std::to_string(es) +
+                     " bytes: nbytes over 2**63-1 is not supported");
   const std::int64_t cap = storage_ ? static_cast<std::int64_t>(storage_->nbytes()) / es : 0;
   std::int64_t lo = 0, hi = 0;
   if (__builtin_add_overflow(offset_, sp.lo, &lo) || __builtin_add_overflow(offset_, sp.hi, &hi) ||
@@ -234,7 +235,7 @@ Tensor Tensor::as_strided(Shape sizes, Shape strides, std::int64_t offset) const
   if (!defined()) throw ValueError("as_strided on an undefined tensor");
   // Sizes, overflow and bounds are checked by the constructor (views never reach outside
   // their storage).
-  detail::checked_span(sizes, strides, dtype_, device(), "as_strided");
+  detail::checked_span(sizes, strides, dtype_, device(), "as_strided", /*allocation=*/false);
   return Tensor(storage_, dtype_, std::move(sizes), std::move(strides), offset);
 }
 
@@ -359,6 +360,7 @@ Tensor Tensor::expand(Shape sizes) const {
                        ") at non-singleton dimension " + std::to_string(i) + ": cannot expand " +
                        shape_str(sizes_) + " to " + shape_str(sizes));
   }
+  detail::checked_numel(sizes, "expand");  // a broadcast view may not have > 2**63-1 elements
   return Tensor(storage_, dtype_, sizes, st, offset_);
 }
 
@@ -435,7 +437,7 @@ Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::optional<Shap
 Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, DType dtype, Device device,
                  bool pinned, std::function<void()> release) {
   try {
-    const detail::StorageSpan sp = detail::checked_span(sizes, strides, dtype, device, "from_blob");
+    const detail::StorageSpan sp = detail::checked_span(sizes, strides, dtype, device, "from_blob", /*allocation=*/false);
     // The storage starts at the lowest element reached (negative strides point below data).
     const auto es = static_cast<std::int64_t>(element_size(dtype));
     char* base = static_cast<char*>(data) + (sp.empty() ? 0 : sp.lo * es);
