@@ -83,6 +83,20 @@ Tensor method_op(const Tensor& a, py::handle b, const char* fn, TT tensor_fn, TS
   throw_type(Arg{fn, "other"}, "a Tensor or a number", b);
 }
 
+// Calls that may wait for the device (copies to or from host memory, item()) run without the
+// GIL, as torch's bindings do: other Python threads keep running, and a stream task that
+// needs the interpreter cannot deadlock against the waiting thread. Only C++ values are
+// touched inside; Python objects are converted before and after.
+template <class F>
+auto nogil(F&& f) -> decltype(f()) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+Scalar item_nogil(const Tensor& t) {
+  return nogil([&] { return t.item(); });
+}
+
 py::object scalar_to_py(const Scalar& s) {
   switch (s.kind) {
     case Scalar::Kind::boolean: return py::bool_(s.i != 0);
@@ -96,13 +110,13 @@ py::object scalar_to_py(const Scalar& s) {
 Scalar one_element(const Tensor& t) {
   if (t.numel() != 1) throw ValueError("only one element tensors can be converted to Python scalars (this one has " +
                                        std::to_string(t.numel()) + " elements)");
-  return t.item();
+  return item_nogil(t);
 }
 
 std::string tensor_repr(const Tensor& t) {
   std::string body;
   if (t.numel() <= 1000) {
-    Tensor h = t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu());
+    Tensor h = nogil([&] { return t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu()); });
     body = py::str(to_numpy(h).attr("tolist")());
   } else {
     body = "...";
@@ -251,44 +265,53 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
       .def("__setitem__", [](Tensor& t, py::handle key, py::handle value) {
         Tensor v = index(t, key);
         if (auto s = as_scalar(value, Arg{"Tensor.__setitem__", "value"})) v.fill_(*s);
-        else v.copy_(other_tensor(t, value, Arg{"Tensor.__setitem__", "value"}));
+        else {
+          Tensor src = other_tensor(t, value, Arg{"Tensor.__setitem__", "value"});
+          nogil([&]() -> Tensor& { return v.copy_(src); });
+        }
       })
       // copies
       .def("contiguous", &Tensor::contiguous)
       .def("clone", &Tensor::clone)
       .def("copy_", [](Tensor& t, py::handle src, py::handle nb) -> Tensor& {
         Tensor s = other_tensor(t, src, Arg{"Tensor.copy_", "src"});
-        return t.copy_(s, to_bool(nb, Arg{"Tensor.copy_", "non_blocking"}));
+        const bool non_blocking = to_bool(nb, Arg{"Tensor.copy_", "non_blocking"});
+        return nogil([&]() -> Tensor& { return t.copy_(s, non_blocking); });
       }, py::arg("src"), py::arg("non_blocking") = false, py::return_value_policy::reference_internal)
       .def("to", [](const Tensor& t, py::args args, py::handle dtype, py::handle device, py::handle nb, py::handle copy) {
         auto [dt, dev] = to_args(args, dtype, device);
-        Tensor r = t.to(dev.value_or(t.device()), dt.value_or(t.dtype()), to_bool(nb, Arg{"Tensor.to", "non_blocking"}));
-        if (to_bool(copy, Arg{"Tensor.to", "copy"}) && r.storage() == t.storage()) r = r.clone();
-        return r;
+        const bool non_blocking = to_bool(nb, Arg{"Tensor.to", "non_blocking"});
+        const bool want_copy = to_bool(copy, Arg{"Tensor.to", "copy"});
+        return nogil([&] {
+          Tensor r = t.to(dev.value_or(t.device()), dt.value_or(t.dtype()), non_blocking);
+          if (want_copy && r.storage() == t.storage()) r = r.clone();
+          return r;
+        });
       }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
          py::arg("non_blocking") = false, py::arg("copy") = false)
-      .def("cpu", [](const Tensor& t) { return t.to(Device::cpu()); })
+      .def("cpu", [](const Tensor& t) { return nogil([&] { return t.to(Device::cpu()); }); })
       .def("cuda", [](const Tensor& t, py::handle device, py::handle nb) {
         const Device d = Device::cuda(cuda_index(device, Arg{"Tensor.cuda", "device"}));
-        return t.to(d, to_bool(nb, Arg{"Tensor.cuda", "non_blocking"}));
+        const bool non_blocking = to_bool(nb, Arg{"Tensor.cuda", "non_blocking"});
+        return nogil([&] { return t.to(d, non_blocking); });
       }, py::arg("device") = py::none(), py::arg("non_blocking") = false)
-      .def("pin_memory", &Tensor::pin_memory)
+      .def("pin_memory", [](const Tensor& t) { return nogil([&] { return t.pin_memory(); }); })
       .def("record_stream", [](const Tensor& t, py::handle s) {
         const Arg a{"Tensor.record_stream", "stream"};
         if (s.is_none()) throw_type(a, "a cudakit.Stream", s);
         t.record_stream(stream_arg(s, a, t.is_cuda() ? t.device().index : kCurrentDevice));
       }, py::arg("stream"))
       .def("tolist", [](const Tensor& t) {
-        Tensor h = t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu());
+        Tensor h = nogil([&] { return t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu()); });
         return to_numpy(h).attr("tolist")();
       })
       // Python values of one-element tensors (any shape, as torch)
-      .def("item", [](const Tensor& t) { return scalar_to_py(t.item()); })
+      .def("item", [](const Tensor& t) { return scalar_to_py(item_nogil(t)); })
       .def("__bool__", [](const Tensor& t) {
         if (t.numel() != 1)
           throw ValueError(t.numel() == 0 ? "Boolean value of Tensor with no values is ambiguous"
                                           : "Boolean value of Tensor with more than one value is ambiguous");
-        return t.item().c != std::complex<double>(0);
+        return item_nogil(t).c != std::complex<double>(0);
       })
       .def("__float__", [](const Tensor& t) {
         Scalar s = one_element(t);
@@ -308,7 +331,7 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
       .def("__index__", [](const Tensor& t) {
         if (!is_integral(t.dtype(), true) || t.numel() != 1)
           throw py::type_error("only integer tensors of a single element can be converted to an index");
-        return t.item().i;
+        return item_nogil(t).i;
       })
       .def("__complex__", [](const Tensor& t) { return one_element(t).c; })
       // fills and sampling
@@ -316,7 +339,8 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
         const Arg a{"Tensor.fill_", "value"};
         if (auto s = as_scalar(v, a)) return t.fill_(*s);
         if (!py::isinstance<Tensor>(v)) throw_type(a, "a number or a one-element Tensor", v);
-        return t.fill_(v.cast<const Tensor&>().item());
+        const Scalar s = item_nogil(v.cast<const Tensor&>());
+        return t.fill_(s);
       }, py::return_value_policy::reference_internal)
       .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
       .def("uniform_", [](Tensor& t, py::handle from, py::handle to, py::handle gen) -> Tensor& {
