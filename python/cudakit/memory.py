@@ -261,14 +261,15 @@ class MemPool:
     def __init__(self, allocator: Any = None, use_on_oom: bool = False, no_split: bool = False):
         if allocator is None:
             self._pool = _C._MemPool(use_on_oom=use_on_oom, no_split=no_split)
-        elif not isinstance(allocator, _CUDAAllocator):
+        elif not isinstance(allocator, (_CUDAAllocator, _C._PluggableAllocator)):
             raise _C.ArgumentTypeError(
                 "MemPool(): argument 'allocator' must be a cudakit.memory.CUDAPluggableAllocator "
                 f"or None, not {type(allocator).__name__} ({allocator!r})")
         else:
             # The pool's segments come from `allocator` (a CUDAPluggableAllocator); it must not
             # allocate from cudakit's own caching allocator of the same device.
-            self._pool = _C._MemPool(allocator.allocator(), use_on_oom=use_on_oom, no_split=no_split)
+            raw = allocator.allocator() if isinstance(allocator, _CUDAAllocator) else allocator
+            self._pool = _C._MemPool(raw, use_on_oom=use_on_oom, no_split=no_split)
         self.allocator = allocator
 
     @property

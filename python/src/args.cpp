@@ -110,11 +110,13 @@ double to_double(py::handle v, Arg a) {
   const bool numpy_real = from_numpy_module(module_of(v)) &&
                           (tn.rfind("float", 0) == 0 || tn.rfind("int", 0) == 0 || tn.rfind("uint", 0) == 0);
   if (is_int(v) || numpy_real) {
-    double r = PyFloat_AsDouble(py::reinterpret_steal<py::object>(PyNumber_Float(v.ptr())).ptr());
-    if (r == -1.0 && PyErr_Occurred()) {
+    PyObject* f = PyNumber_Float(v.ptr());  // OverflowError for ints beyond a double
+    if (!f) {
       PyErr_Clear();
       throw_value(a, "is out of range for a float: " + describe(v));
     }
+    const double r = PyFloat_AsDouble(f);
+    Py_DECREF(f);
     return r;
   }
   throw_type(a, "a number (float or int)", v);
