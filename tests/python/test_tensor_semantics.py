@@ -46,7 +46,7 @@ def test_comparisons_with_scalars_both_orders(dev):
     assert (nan != nan).tolist() == [True, False] and (nan == nan).tolist() == [False, True]
     c = ck.tensor([1 + 2j, 3j], device=dev)
     assert (c == 1 + 2j).tolist() == [True, False]
-    assert isinstance(ck.ones(3) == ck.ones(3), ck.Tensor)  # elementwise, not identity
+    assert isinstance(ck.ones(3, device=dev) == ck.ones(3, device=dev), ck.Tensor)  # elementwise
     assert (ck.ones(3, device=dev) == ck.ones(3, device=dev)).tolist() == [True] * 3
     assert (t == "x") is False and (t != None) is True  # noqa: E711  (not comparable: identity)
     assert t.eq(2).tolist() == [False, True, False] and t.ge(ck.tensor([3], device=dev)).tolist() == [False, False, True]
@@ -93,14 +93,14 @@ def test_int_of_non_finite_float_raises_like_python(dev):
 
 
 def test_identity_hash():
-    a, b = ck.ones(2), ck.ones(2)
+    a, b = ck.ones(2, device="cpu"), ck.ones(2, device="cpu")
     assert hash(a) == id(a) and hash(a) != hash(b)
     d = {a: "a", b: "b"}
     assert d[a] == "a" and d[b] == "b" and a in {a} and b not in {a}
 
 
 # ---- cudakit.tensor ----
-def test_tensor_factory_infers_dtypes_like_torch():
+def test_tensor_factory_infers_dtypes_like_torch(ck):
     assert ck.tensor(5).dtype == ck.int64 and ck.tensor(5).shape == ()
     assert ck.tensor(2.5).dtype == ck.float32
     assert ck.tensor(True).dtype == ck.bool
@@ -271,5 +271,5 @@ def test_library_handles_need_the_cuda_backend(ck, emulated_only):
         ck.current_solver_handle()
 
 
-def test_math_sanity():
-    assert math.isclose(float(ck.tensor([2.0]) ** 0.5), math.sqrt(2), rel_tol=1e-6)
+def test_math_sanity(dev):
+    assert math.isclose(float(ck.tensor([2.0], device=dev) ** 0.5), math.sqrt(2), rel_tol=1e-6)
