@@ -56,6 +56,32 @@ sanitize() {
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "cpp\.($regex)\$"
 }
 
+# Tests built and run under the sanitizers in CI, one per line (so parallel work merges).
+TSAN_TESTS=(
+  test_emulated_backend
+  test_memory_fuzz
+  test_memory_history
+  test_memory_threads
+  test_nvtx
+  test_streams
+)
+ASAN_TESTS=(
+  test_memory_allocator
+  test_memory_free_index
+  test_memory_fuzz
+  test_memory_history
+  test_memory_host
+  test_memory_oom
+  test_memory_pluggable
+  test_nvtx
+  test_profiler
+  test_streams
+  test_tensor_async_copy
+  test_tensor_core
+  test_tensor_dlpack
+  test_tensor_sizes
+)
+
 gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 case "$mode" in
@@ -72,10 +98,10 @@ case "$mode" in
     echo "== tests on the emulated backend"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
     if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
-      echo "== ThreadSanitizer: streams, emulated backend, allocator threads and fuzz (scaled down), nvtx"
-      sanitize thread "$BUILD_DIR-tsan" test_streams test_emulated_backend test_memory_threads test_memory_fuzz test_memory_history test_nvtx
-      echo "== AddressSanitizer+UBSan: allocator (fuzz scaled down), OOM, pluggable, streams"
-      sanitize address,undefined "$BUILD_DIR-asan" test_memory_oom test_memory_allocator test_memory_pluggable test_streams test_memory_fuzz test_memory_history test_memory_free_index test_memory_host test_tensor_async_copy test_nvtx test_profiler
+      echo "== ThreadSanitizer: concurrency-heavy tests (fuzz scaled down)"
+      sanitize thread "$BUILD_DIR-tsan" "${TSAN_TESTS[@]}"
+      echo "== AddressSanitizer+UBSan: allocator, sizes, streams, ... (fuzz scaled down)"
+      sanitize address,undefined "$BUILD_DIR-asan" "${ASAN_TESTS[@]}"
     fi
     if gpu_present; then
       echo "== tests on the cuda backend"

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,6 +106,15 @@ void check_error(int code);
 enum class SyncDebugMode { none = 0, warn = 1, error = 2 };
 void set_sync_debug_mode(SyncDebugMode mode);
 SyncDebugMode get_sync_debug_mode() noexcept;
+// Where "warn" mode's messages go (default, or an empty handler: stderr). Called on the
+// synchronizing thread; the Python package installs one issuing a UserWarning.
+void set_sync_warning_handler(std::function<void(const std::string& message)> handler);
+
+// Math-library handles of the calling thread for the current device, created on first use
+// (torch.cuda.current_blas_handle / current_solver_handle): a cublasHandle_t /
+// cusolverDnHandle_t. NotSupportedError on the emulated backend or without the library.
+void* current_blas_handle();
+void* current_solver_handle();
 
 // Driver version as an integer (13000 = 13.0), 0 without a driver.
 int driver_version() noexcept;

@@ -29,6 +29,28 @@ Tensor mul(const Tensor& a, const Scalar& b);
 Tensor div(const Tensor& a, const Scalar& b);
 Tensor rsub(const Tensor& a, const Scalar& b);  // b - a
 Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
+// Elementwise comparisons (torch.eq/ne/lt/le/gt/ge): bool tensors of the broadcast shape.
+// Operands are compared in their promoted dtype (result_type), so an int tensor against 2.5
+// compares as float. Only eq/ne accept complex operands (ValueError otherwise, as torch).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Scalar& b);
+Tensor ne(const Tensor& a, const Scalar& b);
+Tensor lt(const Tensor& a, const Scalar& b);
+Tensor le(const Tensor& a, const Scalar& b);
+Tensor gt(const Tensor& a, const Scalar& b);
+Tensor ge(const Tensor& a, const Scalar& b);
+// torch.pow in the promoted dtype. Integers: exact with wrap-around; a negative integer
+// scalar exponent on an integer tensor is a ValueError (torch's "Integers to negative
+// integer powers are not allowed"); negative elements of an integer exponent tensor give
+// torch's results (1 for base 1, +-1 for base -1, else 0). Two bool operands: ValueError.
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Scalar& exponent);
+Tensor pow(const Scalar& base, const Tensor& exponent);
 Tensor neg(const Tensor& a);
 Tensor relu(const Tensor& a);
 // In-place forms: the result is cast to a's dtype (ValueError if promotion would need a

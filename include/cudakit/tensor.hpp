@@ -196,7 +196,8 @@ class Tensor {
   Tensor& uniform_(double from = 0.0, double to = 1.0, Generator* generator = nullptr);
   Tensor& normal_(double mean = 0.0, double std = 1.0, Generator* generator = nullptr);
 
-  // Value of a one-element tensor (synchronizes for device tensors).
+  // Value of a one-element tensor of any shape (synchronizes for device tensors);
+  // ValueError naming the element count otherwise.
   Scalar item() const;
   std::string to_string() const;  // "Tensor(shape=[2, 3], dtype=float32, device=cuda:0)"
 
@@ -220,7 +221,7 @@ inline TensorOptions device_options(DType dtype = DType::float32, int device = k
   return TensorOptions{dtype, Device::cuda(device), false};
 }
 
-Shape contiguous_strides(const Shape& sizes);
+Shape contiguous_strides(const Shape& sizes);  // ValueError if the strides overflow
 Tensor empty(const Shape& sizes, const TensorOptions& options = {});
 Tensor empty_strided(const Shape& sizes, const Shape& strides, const TensorOptions& options = {});
 Tensor zeros(const Shape& sizes, const TensorOptions& options = {});
@@ -235,6 +236,16 @@ Tensor ones_like(const Tensor& t);
 // Host tensor viewing `data` (not owned; keep it alive) — e.g. a std::vector's buffer.
 Tensor from_blob(void* data, const Shape& sizes, DType dtype,
                  std::optional<Shape> strides = std::nullopt);
+// Tensor viewing memory someone else owns (NumPy arrays, DLPack producers): `data` is the
+// address of element [0, ..., 0]; strides are in elements and may be negative or zero.
+// `release` runs exactly once when the last view dies — or before this throws (bad sizes:
+// ValueError / OutOfMemoryError as empty()). `device` is where the memory lives.
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, DType dtype,
+                 Device device, bool pinned, std::function<void()> release);
+
+// Sizes are checked everywhere a shape becomes a count of elements or bytes: a negative
+// size or more than 2**63-1 elements is a ValueError, a tensor larger than any allocation
+// (over 2**63-1 bytes) an OutOfMemoryError carrying the requested bytes.
 
 // Shape/stride helpers shared with the ops (pure functions, exposed for tests).
 // Broadcast result of two shapes, ValueError naming both shapes if incompatible.

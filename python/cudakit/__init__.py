@@ -12,6 +12,7 @@ import warnings as _warnings
 from . import _C
 from ._C import (  # noqa: F401  (re-exported API)
     AcceleratorError,
+    ArgumentTypeError,
     Device,
     Event,
     ExternalStream,

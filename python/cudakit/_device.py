@@ -61,7 +61,13 @@ def set_sync_debug_mode(debug_mode: int | str) -> None:
             raise RuntimeError(
                 "invalid value of debug_mode, expected one of `default`, `warn`, `error`")
         debug_mode = _SYNC_MODES[debug_mode]
-    _C._set_sync_debug_mode(int(debug_mode))
+    elif isinstance(debug_mode, bool) or not isinstance(debug_mode, int):
+        raise _C.ArgumentTypeError(
+            "set_sync_debug_mode(): argument 'debug_mode' must be an int (0, 1, 2) or a str "
+            f"('default', 'warn', 'error'), not {type(debug_mode).__name__} ({debug_mode!r})")
+    elif debug_mode not in (0, 1, 2):
+        raise RuntimeError("invalid value of debug_mode, expected one of 0,1, or 2")  # torch's text
+    _C._set_sync_debug_mode(debug_mode)
 
 
 def get_sync_debug_mode() -> int:

@@ -2,13 +2,16 @@
 
 Device arguments accept an int, ``"cuda:N"``, an object with ``.type``/``.index`` (e.g.
 ``torch.device``) or ``None`` (current device). Streams accept a ``cudakit.Stream``, any
-object with ``cuda_stream`` (torch / CuPy streams) or a raw handle int.
+object with ``__cuda_stream__`` / ``cuda_stream`` (torch) / ``ptr`` (CuPy), or a raw handle
+int. Arguments are passed to cudakit._C as given: its argument layer (python/src/args.hpp)
+converts and checks them, naming this module's function in its errors.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
 import json
+import os
 import pickle
 from typing import Any
 
@@ -32,21 +35,6 @@ __all__ = [
 def _dev(device: Any) -> Any:
     # The C++ side parses every accepted device form; keep None as "current device".
     return device
-
-
-def _stream_handle(stream: Any) -> int | None:
-    if stream is None:
-        return None
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    handle = getattr(stream, "cuda_stream", None)
-    if handle is None:
-        handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
-    if handle is None:
-        raise TypeError(f"expected a stream (cudakit/torch/CuPy Stream or int handle), got {type(stream).__name__}")
-    return int(handle)
 
 
 def _nest(flat: dict[str, int]) -> dict[str, Any]:
@@ -146,9 +134,9 @@ def _host_empty_cache() -> None:
 
 
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
-    if not isinstance(fraction, (int, float)):
-        raise TypeError("Invalid type for fraction argument, must be `float`")
-    _C._mem_set_fraction(float(fraction), _dev(device))
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        raise TypeError("Invalid type for fraction argument, must be `float`")  # torch's message
+    _C._mem_set_fraction(fraction, _dev(device))
 
 
 def get_per_process_memory_fraction(device: Any = None) -> float:
@@ -174,7 +162,7 @@ def _set_allocator_settings(env: str) -> None:
 
 def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -> int:
     """Raw device memory (an int address) from the caching allocator."""
-    return _C._mem_alloc(size, _dev(device), _stream_handle(stream))
+    return _C._mem_alloc(size, _dev(device), stream)
 
 
 def caching_allocator_delete(mem_ptr: int) -> None:
@@ -197,7 +185,7 @@ def caching_allocator_disabled():
 
 
 def _record_stream(mem_ptr: int, stream: Any, device: Any = None) -> None:
-    _C._mem_record_stream(mem_ptr, _stream_handle(stream) or 0, _dev(device))
+    _C._mem_record_stream(mem_ptr, stream, _dev(device))
 
 
 # ---- IPC ----
@@ -233,7 +221,7 @@ def _record_memory_history(enabled: str | None = "all", context: str | None = "a
 
 
 def _snapshot(device: Any = None, mempool_id: tuple[int, int] | None = None) -> dict[str, Any]:
-    snap = json.loads(_C._mem_snapshot_json(tuple(mempool_id) if mempool_id is not None else None))
+    snap = json.loads(_C._mem_snapshot_json(mempool_id))
     for seg in snap["segments"]:
         seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
     return snap
@@ -246,6 +234,11 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str,
 
 def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
     """Pickle the snapshot (loadable by PyTorch's memory visualizer); ``.json`` writes JSON."""
+    if not isinstance(filename, (str, os.PathLike)):
+        raise _C.ArgumentTypeError(
+            f"_dump_snapshot(): argument 'filename' must be a str or os.PathLike, not "
+            f"{type(filename).__name__} ({filename!r})")
+    filename = os.fspath(filename)
     snap = _snapshot()
     if filename.endswith(".json"):
         with open(filename, "w") as f:
@@ -268,10 +261,14 @@ class MemPool:
     def __init__(self, allocator: Any = None, use_on_oom: bool = False, no_split: bool = False):
         if allocator is None:
             self._pool = _C._MemPool(use_on_oom=use_on_oom, no_split=no_split)
+        elif not isinstance(allocator, (_CUDAAllocator, _C._PluggableAllocator)):
+            raise _C.ArgumentTypeError(
+                "MemPool(): argument 'allocator' must be a cudakit.memory.CUDAPluggableAllocator "
+                f"or None, not {type(allocator).__name__} ({allocator!r})")
         else:
             # The pool's segments come from `allocator` (a CUDAPluggableAllocator); it must not
             # allocate from cudakit's own caching allocator of the same device.
-            raw = allocator.allocator() if hasattr(allocator, "allocator") else allocator
+            raw = allocator.allocator() if isinstance(allocator, _CUDAAllocator) else allocator
             self._pool = _C._MemPool(raw, use_on_oom=use_on_oom, no_split=no_split)
         self.allocator = allocator
 
@@ -289,6 +286,10 @@ class MemPool:
 @contextlib.contextmanager
 def use_mem_pool(pool: MemPool, device: Any = None):
     """Route the current thread's allocations on ``device`` to ``pool``."""
+    if not isinstance(pool, MemPool):
+        raise _C.ArgumentTypeError(
+            f"use_mem_pool(): argument 'pool' must be a cudakit.memory.MemPool, not "
+            f"{type(pool).__name__} ({pool!r})")
     guard = _C._UseMemPool(pool._pool, device)
     try:
         yield
@@ -314,6 +315,10 @@ class CUDAPluggableAllocator(_CUDAAllocator):
 
 
 def change_current_allocator(allocator: _CUDAAllocator) -> None:
+    if not isinstance(allocator, _CUDAAllocator):
+        raise _C.ArgumentTypeError(
+            "change_current_allocator(): argument 'allocator' must be a "
+            f"cudakit.memory.CUDAPluggableAllocator, not {type(allocator).__name__} ({allocator!r})")
     _C._mem_change_allocator(allocator.allocator())
 
 
@@ -357,6 +362,7 @@ def cupy_allocator():
     import cupy
 
     def _malloc(size: int, device_id: int) -> int:
+        # A raw handle with an explicit device: no driver query per allocation.
         return _C._mem_alloc(size, device_id, cupy.cuda.get_current_stream().ptr)
 
     def _free(ptr: int, device_id: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import io
 import json
 import pickle
 import sys
@@ -40,19 +41,112 @@ def _fmt(n: float) -> str:
     return str(n)
 
 
-def load(path: str) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:1] in (b"{", b"["):
-        snap = json.loads(data)
-    else:
-        snap = pickle.loads(data)
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Unpickles plain data only (dicts, lists, tuples, strings, numbers): a snapshot never
+    needs a class, and refusing them means a hostile file cannot run code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(
+            f"it references {module}.{name}; a memory snapshot holds only plain data")
+
+
+class SnapshotError(ValueError):
+    """A file that is not a usable memory snapshot (the message says what is wrong where)."""
+
+
+def _need(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise SnapshotError(f"{where}: {what}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int)  # bool included: harmless as a flag-like number
+
+
+def _check_frames(frames: Any, where: str) -> None:
+    if frames is None:
+        return
+    _need(isinstance(frames, list), where, f"'frames' must be a list, got {type(frames).__name__}")
+    for k, fr in enumerate(frames):
+        _need(isinstance(fr, dict), f"{where}.frames[{k}]", f"must be a dict, got {type(fr).__name__}")
+        _need(_is_int(fr.get("line", 0)), f"{where}.frames[{k}]", "'line' must be an int")
+
+
+def _check_int_keys(d: dict, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    for key in required:
+        _need(key in d, where, f"missing key '{key}'")
+    for key in required + optional:
+        if key in d:
+            _need(_is_int(d[key]), where, f"'{key}' must be an int, got {type(d[key]).__name__} "
+                                          f"({d[key]!r:.40})")
+
+
+def validate(snap: Any) -> dict[str, Any]:
+    """Checks the structure to_html relies on; returns the snapshot as a dict with
+    'segments' (memory_snapshot()'s bare segment list is accepted too)."""
     if isinstance(snap, list):  # memory_snapshot() output: segments only
         snap = {"segments": snap, "device_traces": []}
-    if not isinstance(snap, dict) or "segments" not in snap:
-        raise ValueError(f"{path}: not a memory snapshot (expected a dict with 'segments'; "
-                         "write one with cudakit.memory._dump_snapshot())")
+    _need(isinstance(snap, dict), "top level",
+          f"expected a dict with 'segments' (or a list of segments), got {type(snap).__name__}")
+    _need("segments" in snap, "top level", "missing key 'segments' (write snapshots with "
+          "cudakit.memory._dump_snapshot())")
+    segs = snap["segments"]
+    _need(isinstance(segs, list), "segments", f"must be a list, got {type(segs).__name__}")
+    for i, seg in enumerate(segs):
+        w = f"segments[{i}]"
+        _need(isinstance(seg, dict), w, f"must be a dict, got {type(seg).__name__}")
+        _check_int_keys(seg, w, ("address", "total_size"), ("allocated_size", "device", "stream"))
+        _need(0 <= seg.get("device", 0) < 4096, w, f"'device' out of range: {seg.get('device')}")
+        pool = seg.get("segment_pool_id", (0, 0))
+        _need(isinstance(pool, (list, tuple)) and len(pool) == 2 and all(map(_is_int, pool)), w,
+              "'segment_pool_id' must be a pair of ints")
+        blocks = seg.get("blocks", [])
+        _need(isinstance(blocks, list), w, f"'blocks' must be a list, got {type(blocks).__name__}")
+        for j, b in enumerate(blocks):
+            bw = f"{w}.blocks[{j}]"
+            _need(isinstance(b, dict), bw, f"must be a dict, got {type(b).__name__}")
+            _check_int_keys(b, bw, ("address", "size"), ("requested_size",))
+            _need(isinstance(b.get("state"), str), bw, "missing or non-string 'state'")
+            _check_frames(b.get("frames"), bw)
+    traces = snap.get("device_traces", []) or []
+    _need(isinstance(traces, list), "device_traces", f"must be a list, got {type(traces).__name__}")
+    for d, trace in enumerate(traces):
+        _need(isinstance(trace, list), f"device_traces[{d}]", f"must be a list, got {type(trace).__name__}")
+        for i, e in enumerate(trace):
+            w = f"device_traces[{d}][{i}]"
+            _need(isinstance(e, dict), w, f"must be a dict, got {type(e).__name__}")
+            action = e.get("action")
+            _need(isinstance(action, str), w, "missing or non-string 'action'")
+            needs_addr = action in ("alloc", "free_requested", "free_completed")
+            needs_size = needs_addr or action.startswith("segment_")
+            required = (("addr",) if needs_addr else ()) + (("size",) if needs_size else ())
+            _check_int_keys(e, w, required, ("stream",))
+            _need(isinstance(e.get("time_us", 0), (int, float)), w, "'time_us' must be a number")
+            _check_frames(e.get("frames"), w)
+    settings = snap.get("allocator_settings")
+    _need(settings is None or isinstance(settings, dict), "allocator_settings",
+          f"must be a dict, got {type(settings).__name__}")
     return snap
+
+
+def load(path: str) -> dict[str, Any]:
+    """Reads a snapshot (pickle or JSON). OSError for an unreadable path, SnapshotError for
+    anything that is not a valid snapshot."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.strip():
+        raise SnapshotError("empty file (expected a pickle or JSON memory snapshot)")
+    if data.lstrip()[:1] in (b"{", b"["):
+        try:
+            snap = json.loads(data)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise SnapshotError(f"not valid JSON ({e})") from None
+    else:
+        try:
+            snap = _PlainDataUnpickler(io.BytesIO(data)).load()
+        except Exception as e:  # a corrupt pickle can raise almost anything
+            raise SnapshotError(f"not a pickle or JSON memory snapshot ({type(e).__name__}: {e})") from None
+    return validate(snap)
 
 
 class _Stacks:
@@ -513,6 +607,8 @@ def to_html(snap: dict[str, Any], title: str = "cudakit memory snapshot") -> str
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status 0 on success; 2 with one line on stderr for a missing, unreadable or
+    malformed snapshot, or an output that cannot be written."""
     ap = argparse.ArgumentParser(prog="python -m cudakit.memory_viz",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("snapshot", help="snapshot .pickle or .json (cudakit.memory._dump_snapshot)")
@@ -520,12 +616,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         snap = load(args.snapshot)
-    except (OSError, ValueError, pickle.UnpicklingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        page = to_html(snap, title=args.snapshot)
+    except OSError as e:
+        print(f"error: cannot read {args.snapshot}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except SnapshotError as e:
+        print(f"error: {args.snapshot}: not a usable memory snapshot: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # values validate() does not model (e.g. absurd sizes)
+        print(f"error: {args.snapshot}: cannot render this snapshot ({type(e).__name__}: {e})",
+              file=sys.stderr)
         return 2
     out = args.output or args.snapshot.rsplit(".", 1)[0] + ".html"
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(to_html(snap, title=args.snapshot))
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as e:
+        print(f"error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {out}")
     return 0
 

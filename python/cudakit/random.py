@@ -54,17 +54,21 @@ def set_rng_state(new_state: Any, device: DeviceLike = "cuda") -> None:
 
 def set_rng_state_all(new_states: Iterable[Any]) -> None:
     """Sets every device's generator state (one state per device)."""
+    if isinstance(new_states, (str, bytes)) or not hasattr(new_states, "__iter__"):
+        raise _C.ArgumentTypeError(
+            "set_rng_state_all(): argument 'new_states' must be an iterable of states, not "
+            f"{type(new_states).__name__}")
     _C._set_rng_state_all([_as_state(s) for s in new_states])
 
 
 def manual_seed(seed: int) -> None:
     """Seeds the current device's generator (and resets its offset)."""
-    _C._manual_seed(int(seed))
+    _C._manual_seed(seed)
 
 
 def manual_seed_all(seed: int) -> None:
     """Seeds the generators of all devices."""
-    _C._manual_seed_all(int(seed))
+    _C._manual_seed_all(seed)
 
 
 def seed() -> None:

@@ -8,7 +8,12 @@ Device arguments accept an int, ``"cuda"``, ``"cuda:N"``, ``"cpu"`` or any objec
 ``.type``/``.index`` (torch.device, cudakit.Device). Factories default to the current cuda
 device; ``asarray`` keeps arrays where they are (zero-copy for NumPy and DLPack producers)
 unless ``device=``/``dtype=`` ask for a conversion, and puts Python sequences on the
-current cuda device.
+current cuda device; ``cudakit.tensor(data)`` always copies (torch.tensor).
+
+Semantics follow torch: ``== != < <= > >=`` are elementwise and return bool tensors,
+``**`` is pow, ``bool()``/``float()``/``int()``/``.item()`` take any one-element tensor, and
+tensors hash by identity. Sizes are checked: a negative size or an element count over
+2**63-1 is a ValueError, a tensor larger than any allocation an OutOfMemoryError.
 
 Interop: ``Tensor.__dlpack__``/``__dlpack_device__`` (DLPack 1.x versioned capsules when the
 consumer passes ``max_version >= (1, 0)``, legacy capsules otherwise), ``from_dlpack`` (any
@@ -21,11 +26,15 @@ kDLCUDAHost; pageable host tensors kDLCPU.
 """
 from __future__ import annotations
 
+import sys as _sys
+import types as _types
+
 from . import _C
 
 Tensor = _C.Tensor
 dtype = _C.dtype
-TensorDevice = _C.TensorDevice
+Device = _C.Device
+TensorDevice = _C.Device  # earlier name of Tensor.device's type: one Device type now
 
 empty = _C.empty
 zeros = _C.zeros
@@ -34,7 +43,9 @@ full = _C.full
 arange = _C.arange
 empty_like = _C.empty_like
 zeros_like = _C.zeros_like
+ones_like = _C.ones_like
 asarray = _C.asarray
+pow = _C.pow
 from_dlpack = _C.from_dlpack
 matmul = _C.matmul
 promote_types = _C.promote_types
@@ -54,6 +65,21 @@ for _n in _DTYPE_NAMES:
 del _n
 
 __all__ = ["Tensor", "dtype", "empty", "zeros", "ones", "full", "arange", "empty_like",
-           "zeros_like", "asarray", "from_dlpack", "matmul", "promote_types", "result_type",
-           "matmul_allow_tf32", "set_matmul_allow_tf32", "rand", "randn", "randint",
-           "Generator", *_DTYPE_NAMES]
+           "zeros_like", "ones_like", "asarray", "from_dlpack", "matmul", "pow", "promote_types",
+           "result_type", "matmul_allow_tf32", "set_matmul_allow_tf32", "rand", "randn",
+           "randint", "Generator", *_DTYPE_NAMES]
+
+
+class _TensorModule(_types.ModuleType):
+    """``cudakit.tensor`` is both this module and torch.tensor's factory:
+    ``cudakit.tensor(data, dtype=None, device=None)`` copies numbers, nested sequences, NumPy
+    arrays or tensors into a new tensor (dtype inferred as torch does: bool, int64, float32,
+    complex64; device: the current cuda device unless given). A callable module, because
+    ``cudakit.tensor`` already names this module (``import cudakit.tensor as T`` must keep
+    working); renaming the module was rejected for that reason."""
+
+    def __call__(self, data, dtype=None, device=None):
+        return _C.tensor(data, dtype=dtype, device=device)
+
+
+_sys.modules[__name__].__class__ = _TensorModule

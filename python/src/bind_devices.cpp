@@ -1,102 +1,73 @@
-// Bindings: devices, properties, telemetry, sync-debug mode, Device value type.
+// Bindings: the Device value type, devices, properties, telemetry, sync-debug mode.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 #include <string>
 
+#include "args.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
-#include "device_arg.hpp"
-#include "devices/sync_debug.hpp"
+#include "cudakit/tensor.hpp"
 #include "registry.hpp"
 
-namespace cudakit::detail {
-void* current_solver_handle();
-}
-
 namespace cudakit::python {
-
 namespace {
 
-// Value type for a device, like torch.device("cuda:0"). Compares equal to torch.device
-// objects and to "cuda:N" strings.
-struct Device {
-  std::string type = "cuda";
-  int index = 0;
-};
-
-int parse_device_string(const std::string& s) {
-  if (s == "cuda") return kCurrentDevice;
-  if (s.rfind("cuda:", 0) == 0) {
-    try {
-      size_t used = 0;
-      int idx = std::stoi(s.substr(5), &used);
-      if (used == s.size() - 5 && idx >= 0) return idx;
-    } catch (...) {
-    }
+// Device(type, index=None): Device('cuda:1'), Device('cuda', 1), Device(1), Device('cpu'),
+// Device(torch.device(...)). 'cuda' alone is the current device (resolved now).
+Device make_device(py::handle type, py::handle index) {
+  const Arg a{"Device", "type"};
+  if (index.is_none()) return device_arg(type.is_none() ? py::handle(py::str("cuda")) : type, a);
+  if (!PyUnicode_Check(type.ptr())) throw_type(a, "a device type ('cuda' or 'cpu') when index is given", type);
+  const std::string t = type.cast<std::string>();
+  const std::int64_t i = to_int64(index, Arg{"Device", "index"});
+  if (t == "cpu") {
+    if (i != 0) throw_value(Arg{"Device", "index"}, "must be 0 (or None) for a cpu device, got " + std::to_string(i));
+    return Device::cpu();
   }
-  throw ValueError("Invalid device string '" + s + "': expected 'cuda' or 'cuda:N'");
+  if (t != "cuda") throw_value(a, "is an unsupported device type '" + t + "' (expected 'cuda' or 'cpu')");
+  if (i < 0) throw ValueError("Device(): argument 'index': Invalid device index " + std::to_string(i) + ": expected >= 0");
+  return device_arg(index, Arg{"Device", "index"});
 }
 
-}  // namespace
-
-int device_index(py::handle obj, bool optional) {
-  if (obj.is_none()) {
-    if (optional) return kCurrentDevice;
-    throw ValueError("Expected a cuda device, but got: None");
-  }
-  if (PyLong_Check(obj.ptr())) {
-    long v = PyLong_AsLong(obj.ptr());
-    if (v < -1) throw ValueError("Invalid device index " + std::to_string(v));
-    return static_cast<int>(v);
-  }
-  if (py::isinstance<py::str>(obj)) return parse_device_string(obj.cast<std::string>());
-  if (py::hasattr(obj, "type") && py::hasattr(obj, "index")) {
-    std::string type = py::str(obj.attr("type"));
-    if (type != "cuda") {
-      throw ValueError("Expected a cuda device, but got: " + std::string(py::str(obj)));
-    }
-    py::object idx = obj.attr("index");
-    return idx.is_none() ? kCurrentDevice : idx.cast<int>();
-  }
-  throw ValueError("Expected a device (int, 'cuda:N', torch.device or None), got " +
-                   std::string(py::str(py::type::of(obj))));
+// get_device_properties & co.: None / 'cuda' is the current device; an explicit negative
+// index is an error, as torch ("Invalid device id"), not the current device.
+int props_device(py::handle d, const char* fn) {
+  if (is_int(d) && to_int64(d, Arg{fn, "device"}) < 0)
+    throw ValueError(std::string(fn) + "(): Invalid device id " + std::to_string(to_int64(d, Arg{fn, "device"})) +
+                     ": expected 0 <= device < " + std::to_string(device_count()) +
+                     " (None for the current device)");
+  return cuda_index(d, Arg{fn, "device"});
 }
-
-namespace {
 
 void bind(py::module_& m) {
-  py::class_<Device>(m, "Device", "A cuda device, like torch.device('cuda:N')")
-      .def(py::init([](py::object spec, py::object index) {
-             Device d;
-             if (!index.is_none()) {
-               d.index = index.cast<int>();
-               std::string t = py::str(spec);
-               if (t != "cuda") throw ValueError("Device type must be 'cuda', got '" + t + "'");
-             } else {
-               int idx = device_index(spec, /*optional=*/false);
-               d.index = idx == kCurrentDevice ? current_device() : idx;
-             }
-             return d;
-           }),
-           py::arg("spec"), py::arg("index") = py::none())
-      .def_readonly("type", &Device::type)
-      .def_readonly("index", &Device::index)
+  py::class_<Device>(m, "Device", R"doc(
+A device, like torch.device: Device('cuda:0'), Device('cuda', 0), Device(0), Device('cpu').
+.type is 'cuda' or 'cpu', .index an int (None for cpu). Compares equal to equivalent strings
+and torch.device objects. Tensor.device, Stream.device and Event.device return one.)doc")
+      .def(py::init(&make_device), py::arg("type"), py::arg("index") = py::none())
+      .def_property_readonly("type", [](const Device& d) { return d.is_cpu() ? "cpu" : "cuda"; })
+      .def_property_readonly("index", [](const Device& d) -> py::object {
+        return d.is_cpu() ? py::none() : py::cast(d.index);
+      })
       .def("__eq__",
-           [](const Device& a, py::object other) {
+           [](const Device& a, py::handle b) {
+             if (py::isinstance<Device>(b)) return a == b.cast<Device>();
              try {
-               int idx = device_index(other, false);
-               return idx == a.index;
-             } catch (...) {
-               return false;
+               return a == device_arg(b, Arg{"Device.__eq__", "other"});
+             } catch (const std::exception&) {
+               return false;  // not a device: unequal, as == must not raise
              }
            })
-      .def("__hash__", [](const Device& d) { return py::hash(py::str("cuda:" + std::to_string(d.index))); })
-      .def("__str__", [](const Device& d) { return "cuda:" + std::to_string(d.index); })
+      .def("__hash__", [](const Device& d) { return py::hash(py::str(d.str())); })
+      .def("__str__", &Device::str)
       .def("__repr__", [](const Device& d) {
-        return "device(type='cuda', index=" + std::to_string(d.index) + ")";
+        return d.is_cpu() ? std::string("device(type='cpu')")
+                          : "device(type='cuda', index=" + std::to_string(d.index) + ")";
+      })
+      .def("__reduce__", [](const Device& d) {
+        return py::make_tuple(py::type::of<Device>(), py::make_tuple(d.str()));
       });
-  m.def("_make_device", [](int index) { return Device{"cuda", index}; });
 
   py::class_<DeviceProperties>(m, "_CudaDeviceProperties")
       .def_readonly("name", &DeviceProperties::name)
@@ -135,21 +106,23 @@ void bind(py::module_& m) {
       });
 
   m.def("_get_device_index",
-        [](py::object device, bool optional) {
-          int idx = device_index(device, optional);
+        [](py::handle device, py::handle optional) {
+          int idx = cuda_index(device, Arg{"_get_device_index", "device"},
+                               to_bool(optional, Arg{"_get_device_index", "optional"}));
           return idx == kCurrentDevice ? current_device() : resolve_device(idx);
         },
         py::arg("device"), py::arg("optional") = true);
   m.def("backend_name", &backend_name);
-  m.def("set_backend", &set_backend, py::arg("name"));
+  m.def("set_backend", [](py::handle name) { set_backend(to_string(name, Arg{"set_backend", "name"})); },
+        py::arg("name"));
   m.def("is_available", &is_available);
   m.def("device_count", &device_count);
   m.def("init", &init);
   m.def("is_initialized", &is_initialized);
   m.def("current_device", &current_device);
-  m.def("set_device", [](py::object d) {
-    int idx = device_index(d, false);
-    if (idx >= 0) set_device(idx);  // torch: negative / None-like indices are a no-op
+  m.def("set_device", [](py::handle d) {
+    int idx = cuda_index(d, Arg{"set_device", "device"}, /*none_ok=*/false);
+    if (idx >= 0) set_device(idx);  // torch: a negative index is a no-op
   }, py::arg("device"));
   m.def("_exchange_device", [](int idx) {
     if (idx < 0) return -1;
@@ -157,65 +130,70 @@ void bind(py::module_& m) {
     if (prev != idx) set_device(idx);
     return prev;
   });
-  m.def("get_device_name", [](py::object d) { return get_device_name(device_index(d)); },
+  m.def("get_device_name", [](py::handle d) { return get_device_name(props_device(d, "get_device_name")); },
         py::arg("device") = py::none());
   m.def("get_device_capability",
-        [](py::object d) {
-          auto c = get_device_capability(device_index(d));
+        [](py::handle d) {
+          auto c = get_device_capability(props_device(d, "get_device_capability"));
           return py::make_tuple(c.first, c.second);
         },
         py::arg("device") = py::none());
   m.def("get_device_properties",
-        [](py::object d) { return &get_device_properties(device_index(d)); },
+        [](py::handle d) { return &get_device_properties(props_device(d, "get_device_properties")); },
         py::arg("device") = py::none(), py::return_value_policy::reference);
   m.def("get_arch_list", &get_arch_list);
   m.def("get_gencode_flags", &get_gencode_flags);
-  m.def("is_bf16_supported", &is_bf16_supported, py::arg("including_emulation") = true);
+  m.def("is_bf16_supported",
+        [](py::handle emu) { return is_bf16_supported(to_bool(emu, Arg{"is_bf16_supported", "including_emulation"})); },
+        py::arg("including_emulation") = true);
   m.def("is_tf32_supported", &is_tf32_supported);
-  m.def("synchronize", [](py::object d) {
-    int idx = device_index(d);
+  m.def("synchronize", [](py::handle d) {
+    int idx = cuda_index(d, Arg{"synchronize", "device"});
     py::gil_scoped_release release;
     synchronize(idx);
   }, py::arg("device") = py::none());
   m.def("can_device_access_peer",
-        [](py::object a, py::object b) {
-          return can_device_access_peer(device_index(a, false), device_index(b, false));
+        [](py::handle a, py::handle b) {
+          const int d = cuda_index(a, Arg{"can_device_access_peer", "device"}, false);
+          return can_device_access_peer(d, cuda_index(b, Arg{"can_device_access_peer", "peer_device"}, false));
         },
         py::arg("device"), py::arg("peer_device"));
   m.def("_device_of_pointer", [](std::uintptr_t p) { return device_of_pointer(reinterpret_cast<const void*>(p)); });
-  m.def("utilization", [](py::object d) { return utilization(device_index(d)); },
+  m.def("utilization", [](py::handle d) { return utilization(cuda_index(d, Arg{"utilization", "device"})); },
         py::arg("device") = py::none());
-  m.def("memory_usage", [](py::object d) { return memory_usage(device_index(d)); },
+  m.def("memory_usage", [](py::handle d) { return memory_usage(cuda_index(d, Arg{"memory_usage", "device"})); },
         py::arg("device") = py::none());
-  m.def("temperature", [](py::object d) { return temperature(device_index(d)); },
+  m.def("temperature", [](py::handle d) { return temperature(cuda_index(d, Arg{"temperature", "device"})); },
         py::arg("device") = py::none());
-  m.def("power_draw", [](py::object d) { return power_draw(device_index(d)); },
+  m.def("power_draw", [](py::handle d) { return power_draw(cuda_index(d, Arg{"power_draw", "device"})); },
         py::arg("device") = py::none());
-  m.def("clock_rate", [](py::object d) { return clock_rate(device_index(d)); },
+  m.def("clock_rate", [](py::handle d) { return clock_rate(cuda_index(d, Arg{"clock_rate", "device"})); },
         py::arg("device") = py::none());
-  m.def("device_memory_used", [](py::object d) { return device_memory_used(device_index(d)); },
+  m.def("device_memory_used",
+        [](py::handle d) { return device_memory_used(cuda_index(d, Arg{"device_memory_used", "device"})); },
         py::arg("device") = py::none());
-  m.def("check_error", &check_error, py::arg("res"));
+  m.def("check_error", [](py::handle res) { check_error(to_int(res, Arg{"check_error", "res"})); },
+        py::arg("res"));
   m.def("driver_version", &driver_version);
-  m.def("_current_solver_handle",
-        [] { return reinterpret_cast<std::uintptr_t>(detail::current_solver_handle()); });
+  m.def("_current_blas_handle", [] { return reinterpret_cast<std::uintptr_t>(current_blas_handle()); });
+  m.def("_current_solver_handle", [] { return reinterpret_cast<std::uintptr_t>(current_solver_handle()); });
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(static_cast<SyncDebugMode>(mode)); });
   m.def("_get_sync_debug_mode", [] { return static_cast<int>(get_sync_debug_mode()); });
   m.def("_set_sync_warning_handler", [](py::object handler) {
     if (handler.is_none()) {
-      detail::set_sync_warning_handler(nullptr);
+      set_sync_warning_handler(nullptr);
       return;
     }
     // Keep a strong reference for the process lifetime (never released at exit).
     auto* keep = new py::object(handler);
-    detail::set_sync_warning_handler([keep](const std::string& msg) {
+    set_sync_warning_handler([keep](const std::string& msg) {
       py::gil_scoped_acquire gil;
       (*keep)(msg);
     });
   });
 }
 
-Registrar reg("devices", 0, bind);
+Registrar reg("devices", order::devices, bind);
 
 }  // namespace
 }  // namespace cudakit::python

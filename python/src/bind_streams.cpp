@@ -6,26 +6,14 @@
 #include <cstring>
 #include <optional>
 
-#include "cudakit/stream.hpp"
+#include "args.hpp"
+#include "bound_types.hpp"
 #include "cudakit/error.hpp"
-#include "device_arg.hpp"
+#include "cudakit/stream.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
 namespace {
-
-// Python-visible stream: a StreamRef value (pool, default or external stream; cudakit never
-// destroys these, as torch never destroys pool streams).
-struct PyStream {
-  StreamRef ref;
-};
-
-// Distinct C++ type so pybind11 can register the Python subclass ExternalStream.
-struct PyExternalStream : PyStream {};
-
-struct PyEvent {
-  Event event;
-};
 
 // `with stream(s):` — saves/restores device and current stream. None is a no-op (torch).
 struct PyStreamContext {
@@ -34,24 +22,17 @@ struct PyStreamContext {
   int prev_device = -1;
 };
 
-StreamRef stream_arg(py::handle obj) {
-  if (obj.is_none()) return current_stream();
-  if (py::isinstance<PyStream>(obj)) return obj.cast<PyStream&>().ref;
-  // Foreign stream objects: torch.cuda.Stream / cupy streams expose cuda_stream / ptr, or
-  // the __cuda_stream__ protocol.
-  if (py::hasattr(obj, "__cuda_stream__")) {
-    py::tuple t = obj.attr("__cuda_stream__")();
-    return get_stream_from_external(t[1].cast<std::uintptr_t>());
-  }
-  if (py::hasattr(obj, "cuda_stream")) {
-    return get_stream_from_external(obj.attr("cuda_stream").cast<std::uintptr_t>());
-  }
-  throw ValueError("expected a cudakit.Stream (or an object with __cuda_stream__), got " +
-                   std::string(py::str(py::type::of(obj))));
+py::object cuda_device(int index) { return py::cast(Device{Device::Type::cuda, index}); }
+
+PyEvent& event_arg(py::handle v, Arg a) {
+  if (!py::isinstance<PyEvent>(v)) throw_type(a, "a cudakit.Event", v);
+  return v.cast<PyEvent&>();
 }
 
-py::object make_device(int index) {
-  return py::module_::import("cudakit._C").attr("_make_device")(index);
+PyStreamContext make_context(py::handle s, const char* fn) {
+  PyStreamContext c;
+  if (!s.is_none()) c.stream = stream_arg(s, Arg{fn, "stream"});
+  return c;
 }
 
 void bind(py::module_& m) {
@@ -59,12 +40,12 @@ void bind(py::module_& m) {
 A CUDA stream (torch.cuda.Stream). Stream(device=None, priority=0) draws from the device's
 pool of streams (round-robin, 32 per priority); lower priority numbers run first.)doc");
   stream_cls
-      .def(py::init([](py::object device, int priority, py::kwargs kw) {
+      .def(py::init([](py::handle device, py::handle priority, py::kwargs kw) {
+             const int dev = cuda_index(device, Arg{"Stream", "device"});
              if (kw.contains("stream_ptr")) {  // internal: wrap an existing handle
-               return PyStream{get_stream_from_external(kw["stream_ptr"].cast<std::uintptr_t>(),
-                                                        device_index(device))};
+               return PyStream{get_stream_from_external(to_address(kw["stream_ptr"], Arg{"Stream", "stream_ptr"}), dev)};
              }
-             return PyStream{stream_from_pool(device_index(device), priority)};
+             return PyStream{stream_from_pool(dev, to_int(priority, Arg{"Stream", "priority"}))};
            }),
            py::arg("device") = py::none(), py::arg("priority") = 0)
       .def("query", [](const PyStream& s) { return s.ref.ready(); })
@@ -72,8 +53,13 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
         py::gil_scoped_release r;
         s.ref.sync();
       })
-      .def("wait_event", [](const PyStream& s, PyEvent& e) { s.ref.wait(e.event); }, py::arg("event"))
-      .def("wait_stream", [](const PyStream& s, py::handle other) { s.ref.wait(stream_arg(other)); },
+      .def("wait_event", [](const PyStream& s, py::handle e) { s.ref.wait(event_arg(e, Arg{"Stream.wait_event", "event"}).event); },
+           py::arg("event"))
+      .def("wait_stream",
+           [](const PyStream& s, py::handle other) {
+             if (other.is_none()) throw_type(Arg{"Stream.wait_stream", "stream"}, "a cudakit.Stream", other);
+             s.ref.wait(stream_arg(other, Arg{"Stream.wait_stream", "stream"}));
+           },
            py::arg("stream"))
       .def("record_event",
            [](const PyStream& s, py::object event) -> py::object {
@@ -82,7 +68,7 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
                e.cast<PyEvent&>().event.record(s.ref);
                return e;
              }
-             event.cast<PyEvent&>().event.record(s.ref);
+             event_arg(event, Arg{"Stream.record_event", "event"}).event.record(s.ref);
              return event;
            },
            py::arg("event") = py::none())
@@ -93,12 +79,12 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
       .def_property_readonly("stream_id", [](const PyStream& s) { return s.ref.id(); })
       .def_property_readonly("device_index", [](const PyStream& s) { return s.ref.device(); })
       .def_property_readonly("device_type", [](const PyStream&) { return 1; })  // kCUDA
-      .def_property_readonly("device", [](const PyStream& s) { return make_device(s.ref.device()); })
+      .def_property_readonly("device", [](const PyStream& s) { return cuda_device(s.ref.device()); })
       .def("__cuda_stream__", [](const PyStream& s) {
         return py::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.ref.handle()));
       })
       .def("__eq__",
-           [](const PyStream& a, py::object b) {
+           [](const PyStream& a, py::handle b) {
              return py::isinstance<PyStream>(b) && a.ref == b.cast<PyStream&>().ref;
            })
       .def("__hash__", [](const PyStream& s) { return std::hash<StreamRef>()(s.ref); })
@@ -111,49 +97,58 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
 
   py::class_<PyExternalStream, PyStream>(m, "ExternalStream", R"doc(
 Wraps a stream created elsewhere (another library, raw CUDA). The caller keeps it alive.)doc")
-      .def(py::init([](std::uintptr_t ptr, py::object device) {
-             return PyExternalStream{{get_stream_from_external(ptr, device_index(device))}};
+      .def(py::init([](py::handle ptr, py::handle device) {
+             const std::uintptr_t h = to_address(ptr, Arg{"ExternalStream", "stream_ptr"});
+             return PyExternalStream{{get_stream_from_external(h, cuda_index(device, Arg{"ExternalStream", "device"}))}};
            }),
            py::arg("stream_ptr"), py::arg("device") = py::none());
 
   py::class_<PyEvent>(m, "Event", R"doc(
 A CUDA event (torch.cuda.Event). Created lazily on the device of the first stream it is
 recorded on.)doc")
-      .def(py::init([](bool enable_timing, bool blocking, bool interprocess) {
-             return PyEvent{Event(EventOptions{enable_timing, blocking, interprocess})};
+      .def(py::init([](py::handle enable_timing, py::handle blocking, py::handle interprocess) {
+             return PyEvent{Event(EventOptions{to_bool(enable_timing, Arg{"Event", "enable_timing"}),
+                                               to_bool(blocking, Arg{"Event", "blocking"}),
+                                               to_bool(interprocess, Arg{"Event", "interprocess"})})};
            }),
            py::arg("enable_timing") = false, py::arg("blocking") = false,
            py::arg("interprocess") = false)
       .def("record",
-           [](PyEvent& e, py::object stream) { e.event.record(stream_arg(stream)); },
+           [](PyEvent& e, py::handle stream) { e.event.record(stream_arg(stream, Arg{"Event.record", "stream"})); },
            py::arg("stream") = py::none())
-      .def("wait", [](PyEvent& e, py::object stream) { e.event.wait(stream_arg(stream)); },
+      .def("wait", [](PyEvent& e, py::handle stream) { e.event.wait(stream_arg(stream, Arg{"Event.wait", "stream"})); },
            py::arg("stream") = py::none())
       .def("query", [](PyEvent& e) { return e.event.query(); })
       .def("synchronize", [](PyEvent& e) {
         py::gil_scoped_release r;
         e.event.sync();
       })
-      .def("elapsed_time", [](PyEvent& a, PyEvent& b) { return a.event.elapsed_time(b.event); },
+      .def("elapsed_time",
+           [](PyEvent& a, py::handle b) {
+             return a.event.elapsed_time(event_arg(b, Arg{"Event.elapsed_time", "end_event"}).event);
+           },
            py::arg("end_event"))
       .def("ipc_handle", [](PyEvent& e) {
         auto h = e.event.ipc_handle();
         return py::bytes(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes);
       })
       .def_static("from_ipc_handle",
-                  [](py::object device, py::bytes handle) {
-                    std::string raw = handle;
-                    if (raw.size() != 64) throw ValueError("ipc handle must be 64 bytes");
+                  [](py::handle device, py::handle handle) {
+                    const Arg a{"Event.from_ipc_handle", "handle"};
+                    if (!PyBytes_Check(handle.ptr())) throw_type(a, "bytes (from Event.ipc_handle())", handle);
+                    std::string raw = handle.cast<std::string>();
+                    if (raw.size() != 64)
+                      throw_value(a, "must be 64 bytes (from Event.ipc_handle()), got " + std::to_string(raw.size()));
                     Event::IpcHandle h;
                     std::memcpy(h.bytes, raw.data(), 64);
-                    return PyEvent{Event::from_ipc_handle(device_index(device), h)};
+                    return PyEvent{Event::from_ipc_handle(cuda_index(device, Arg{"Event.from_ipc_handle", "device"}), h)};
                   },
                   py::arg("device"), py::arg("handle"))
       .def_property_readonly("cuda_event", [](PyEvent& e) {
         return reinterpret_cast<std::uintptr_t>(e.event.handle());
       })
       .def_property_readonly("device", [](PyEvent& e) -> py::object {
-        return e.event.device() < 0 ? py::none() : make_device(e.event.device());
+        return e.event.device() < 0 ? py::none() : cuda_device(e.event.device());
       })
       .def("__repr__", [](PyEvent& e) {
         char buf[96];
@@ -164,12 +159,7 @@ recorded on.)doc")
 
   py::class_<PyStreamContext>(m, "StreamContext", R"doc(
 Context manager that selects a stream (and its device); None makes it a no-op.)doc")
-      .def(py::init([](py::object s) {
-             PyStreamContext c;
-             if (!s.is_none()) c.stream = stream_arg(s);
-             return c;
-           }),
-           py::arg("stream"))
+      .def(py::init([](py::handle s) { return make_context(s, "StreamContext"); }), py::arg("stream"))
       .def("__enter__",
            [](PyStreamContext& c) {
              if (!c.stream) return;
@@ -184,29 +174,25 @@ Context manager that selects a stream (and its device); None makes it a no-op.)d
         if (c.stream->device() != c.prev_device) set_device(c.prev_device);
       });
 
-  m.def("stream", [](py::object s) {
-    PyStreamContext c;
-    if (!s.is_none()) c.stream = stream_arg(s);
-    return c;
-  }, py::arg("stream"));
-  m.def("current_stream", [](py::object d) { return PyStream{current_stream(device_index(d))}; },
+  m.def("stream", [](py::handle s) { return make_context(s, "stream"); }, py::arg("stream"));
+  m.def("current_stream",
+        [](py::handle d) { return PyStream{current_stream(cuda_index(d, Arg{"current_stream", "device"}))}; },
         py::arg("device") = py::none());
-  m.def("default_stream", [](py::object d) { return PyStream{default_stream(device_index(d))}; },
+  m.def("default_stream",
+        [](py::handle d) { return PyStream{default_stream(cuda_index(d, Arg{"default_stream", "device"}))}; },
         py::arg("device") = py::none());
-  m.def("set_stream", [](py::object s) {
-    if (!s.is_none()) set_stream(stream_arg(s));
+  m.def("set_stream", [](py::handle s) {
+    if (!s.is_none()) set_stream(stream_arg(s, Arg{"set_stream", "stream"}));
   }, py::arg("stream"));
   m.def("get_stream_from_external",
-        [](std::uintptr_t ptr, py::object d) {
-          return PyStream{get_stream_from_external(ptr, device_index(d))};
+        [](py::handle ptr, py::handle d) {
+          const std::uintptr_t h = to_address(ptr, Arg{"get_stream_from_external", "data_ptr"});
+          return PyStream{get_stream_from_external(h, cuda_index(d, Arg{"get_stream_from_external", "device"}))};
         },
         py::arg("data_ptr"), py::arg("device") = py::none());
-  m.def("_stream_arg_handle", [](py::object s) {
-    return reinterpret_cast<std::uintptr_t>(stream_arg(s).handle());
-  });
 }
 
-Registrar reg("streams", 10, bind);
+Registrar reg("streams", order::streams, bind);
 
 }  // namespace
 }  // namespace cudakit::python

@@ -1,335 +1,32 @@
-// cudakit.Tensor, dtypes, factories, operators, numpy conversion and DLPack / CUDA array
-// interface interop.
+// cudakit.dtype and cudakit.Tensor: metadata, views, copies, conversions to Python values,
+// operators (torch semantics: elementwise comparisons return bool tensors, ** is pow, the
+// hash is the object's identity). Factories are in bind_factories.cpp, NumPy/DLPack methods
+// in bind_interop.cpp.
 #include <pybind11/complex.h>
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <string>
 
-#include "cudakit/dlpack.hpp"
+#include "args.hpp"
+#include "convert.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/ops.hpp"
 #include "cudakit/random.hpp"
 #include "cudakit/stream.hpp"
-#include "ops/blas.hpp"
 #include "registry.hpp"
-#include "tensor/extent.hpp"
-#include "tensor_common.hpp"
 
 namespace cudakit::python {
-namespace dl = cudakit::dlpack;
-
-// ---- argument parsing (shared with bind_random.cpp through tensor_common.hpp) ----
-DType parse_dtype(py::handle obj) {
-  if (py::isinstance<DType>(obj)) return obj.cast<DType>();
-  std::string name;
-  if (py::isinstance<py::str>(obj)) {
-    name = obj.cast<std::string>();
-  } else if (py::hasattr(obj, "__module__") && py::str(obj.attr("__class__").attr("__name__")).cast<std::string>() == "dtype" &&
-             py::str(obj).cast<std::string>().rfind("torch.", 0) == 0) {
-    name = py::str(obj);  // torch.float32
-  } else {
-    try {  // numpy dtypes and scalar types (np.float32, np.dtype('f4'))
-      name = py::module_::import("numpy").attr("dtype")(obj).attr("name").cast<std::string>();
-    } catch (py::error_already_set&) {
-      name = py::str(obj);
-    }
-  }
-  if (auto t = dtype_from_name(name)) return *t;
-  throw ValueError("unsupported dtype '" + name + "': use one of cudakit.bool, uint8, int8, int16, int32, "
-                   "int64, float16, bfloat16, float32, float64, complex64, complex128");
-}
-
-Device parse_device(py::handle obj) {
-  if (obj.is_none()) return Device::cuda(kCurrentDevice);
-  if (py::isinstance<py::bool_>(obj)) throw ValueError("device must be an int, a string or a device object, not bool");
-  if (py::isinstance<py::int_>(obj)) {
-    int i = obj.cast<int>();
-    if (i < 0) throw ValueError("device index must be >= 0, got " + std::to_string(i));
-    return Device::cuda(i);
-  }
-  if (py::isinstance<py::str>(obj)) return Device::parse(obj.cast<std::string>());
-  if (py::hasattr(obj, "type") && py::hasattr(obj, "index")) {
-    std::string type = py::str(obj.attr("type"));
-    py::object idx = obj.attr("index");
-    if (type == "cpu") return Device::cpu();
-    if (type == "cuda") return Device::cuda(idx.is_none() ? kCurrentDevice : idx.cast<int>());
-    throw ValueError("unsupported device type '" + type + "' (expected 'cpu' or 'cuda')");
-  }
-  throw ValueError("cannot interpret " + py::repr(obj).cast<std::string>() +
-                   " as a device: pass an int, 'cpu', 'cuda', 'cuda:N' or a device object");
-}
-
-std::optional<Scalar> as_scalar(py::handle o) {
-  if (py::isinstance<py::bool_>(o)) return Scalar(o.cast<bool>());
-  if (py::isinstance<py::int_>(o)) return Scalar(static_cast<long long>(o.cast<long long>()));
-  if (py::isinstance<py::float_>(o)) return Scalar(o.cast<double>());
-  if (PyComplex_Check(o.ptr())) return Scalar(o.cast<std::complex<double>>());
-  // numpy scalars
-  if (py::hasattr(o, "dtype") && py::hasattr(o, "item") && !py::isinstance<Tensor>(o) &&
-      py::getattr(o, "ndim", py::int_(1)).cast<int>() == 0)
-    return as_scalar(o.attr("item")());
-  return std::nullopt;
-}
-
-Shape parse_shape(py::args args) {
-  if (args.size() == 1 && !py::isinstance<py::int_>(args[0])) return args[0].cast<Shape>();
-  Shape s;
-  for (auto a : args) s.push_back(a.cast<std::int64_t>());
-  return s;
-}
-
-StreamRef stream_from_object(py::handle s, int device) {
-  auto h = reinterpret_cast<detail::StreamHandle>(s.attr("cuda_stream").cast<std::uintptr_t>());
-  int dev = py::hasattr(s, "device_index") ? s.attr("device_index").cast<int>() : device;
-  return StreamRef::from_handle(h, dev);
-}
-
 namespace {
 
-// ---- device object returned by Tensor.device ----
-struct TensorDevice {
-  Device d;
-};
-
-py::object numpy_dtype(DType t) {
-  auto np = py::module_::import("numpy");
-  if (t == DType::bfloat16)
-    throw py::type_error("numpy has no bfloat16: convert first with .to(cudakit.float32)");
-  return np.attr("dtype")(t == DType::bool_ ? "bool" : dtype_name(t));
-}
-
-py::array to_numpy(const Tensor& t) {
-  if (t.is_cuda())
-    throw py::type_error("can't convert " + t.device().str() +
-                         " device tensor to numpy: copy it to host memory first with .cpu()");
-  Shape bstrides;
-  for (auto s : t.strides()) bstrides.push_back(s * static_cast<std::int64_t>(t.element_size()));
-  auto* keep = new Tensor(t);
-  py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
-  return py::array(numpy_dtype(t.dtype()), t.sizes(), bstrides, t.data_ptr(), owner);
-}
-
-// Deleters of foreign DLPack tensors may need the GIL; storage can die on a stream worker
-// thread, so defer them to the interpreter via Py_AddPendingCall when we don't hold it.
-void release_foreign(std::function<void()> fn) {
-  if (!Py_IsInitialized()) return;  // interpreter gone: leak rather than crash
-  if (PyGILState_Check()) {
-    fn();
-    return;
-  }
-  auto* heap = new std::function<void()>(std::move(fn));
-  int rc = Py_AddPendingCall(
-      [](void* p) -> int {
-        auto* f = static_cast<std::function<void()>*>(p);
-        (*f)();
-        delete f;
-        return 0;
-      },
-      heap);
-  if (rc != 0) delete heap;  // queue full: leak the foreign buffer rather than risk a crash
-}
-
-constexpr const char* kCapsule = "dltensor";
-constexpr const char* kCapsuleVersioned = "dltensor_versioned";
-constexpr const char* kUsedCapsule = "used_dltensor";
-constexpr const char* kUsedCapsuleVersioned = "used_dltensor_versioned";
-
-Tensor consume_capsule(py::handle cap) {
-  PyObject* c = cap.ptr();
-  if (!PyCapsule_CheckExact(c)) throw ValueError("from_dlpack: expected a DLPack capsule or an object with __dlpack__");
-  const char* name = PyCapsule_GetName(c);
-  std::string n = name ? name : "";
-  if (n == kUsedCapsule || n == kUsedCapsuleVersioned)
-    throw ValueError("from_dlpack: this DLPack capsule was already consumed (a capsule can be imported only once; "
-                     "call __dlpack__() again for a new one)");
-  if (n == kCapsuleVersioned) {
-    auto* m = static_cast<dl::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kCapsuleVersioned));
-    if (!m) throw py::error_already_set();
-    PyCapsule_SetName(c, kUsedCapsuleVersioned);
-    return dl::from_dlpack(m, release_foreign);
-  }
-  if (n == kCapsule) {
-    auto* m = static_cast<dl::DLManagedTensor*>(PyCapsule_GetPointer(c, kCapsule));
-    if (!m) throw py::error_already_set();
-    PyCapsule_SetName(c, kUsedCapsule);
-    return dl::from_dlpack(m, release_foreign);
-  }
-  throw ValueError("from_dlpack: invalid capsule name '" + n + "' (expected 'dltensor' or 'dltensor_versioned')");
-}
-
-// Handle a producer receives for `stream=`: 1 for the legacy default stream (DLPack spec).
-std::intptr_t consumer_stream_arg(int device) {
-  StreamRef s = current_stream(device);
-  return s.is_default() ? 1 : reinterpret_cast<std::intptr_t>(s.handle());
-}
-
-Tensor from_dlpack_obj(py::handle obj) {
-  if (PyCapsule_CheckExact(obj.ptr())) return consume_capsule(obj);
-  if (!py::hasattr(obj, "__dlpack__"))
-    throw ValueError("from_dlpack: object of type " + py::str(obj.get_type().attr("__name__")).cast<std::string>() +
-                     " supports neither __dlpack__ nor is a DLPack capsule");
-  py::object stream = py::none();
-  if (py::hasattr(obj, "__dlpack_device__")) {
-    auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
-    if (dev.first == dl::kDLCUDA || dev.first == dl::kDLCUDAManaged) stream = py::int_(consumer_stream_arg(dev.second));
-  }
-  py::object cap;
-  try {
-    cap = obj.attr("__dlpack__")(py::arg("stream") = stream, py::arg("max_version") = py::make_tuple(1, 0));
-  } catch (py::error_already_set& e) {
-    if (!e.matches(PyExc_TypeError)) throw;
-    cap = stream.is_none() ? obj.attr("__dlpack__")() : obj.attr("__dlpack__")(py::arg("stream") = stream);
-  }
-  return consume_capsule(cap);
-}
-
-py::capsule make_capsule(const Tensor& t, bool versioned, std::uint64_t flags) {
-  if (versioned) {
-    auto* m = dl::to_dlpack_versioned(t, flags);
-    return py::capsule(m, kCapsuleVersioned, [](PyObject* c) {
-      if (PyCapsule_IsValid(c, kCapsuleVersioned)) {  // never consumed: we still own it
-        auto* m = static_cast<dl::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kCapsuleVersioned));
-        if (m && m->deleter) m->deleter(m);
-      } else {
-        PyErr_Clear();
-      }
-    });
-  }
-  auto* m = dl::to_dlpack(t);
-  return py::capsule(m, kCapsule, [](PyObject* c) {
-    if (PyCapsule_IsValid(c, kCapsule)) {
-      auto* m = static_cast<dl::DLManagedTensor*>(PyCapsule_GetPointer(c, kCapsule));
-      if (m && m->deleter) m->deleter(m);
-    } else {
-      PyErr_Clear();
-    }
-  });
-}
-
-py::object dlpack(const Tensor& self, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
-  Tensor t = self;
-  bool copied = false;
-  if (!dl_device.is_none()) {
-    auto want = dl_device.cast<std::pair<int, int>>();
-    auto have = dl::device_of(t);
-    if (want.first != have.device_type || want.second != have.device_id) {
-      if (!copy.is_none() && !copy.cast<bool>())
-        throw py::buffer_error("__dlpack__: dl_device differs from the tensor's device and copy=False");
-      if (want.first == dl::kDLCPU) t = t.to(Device::cpu());
-      else if (want.first == dl::kDLCUDA) t = t.to(Device::cuda(want.second));
-      else throw py::buffer_error("__dlpack__: cannot export to device type " + std::to_string(want.first));
-      copied = true;
-    }
-  }
-  if (!copied && !copy.is_none() && copy.cast<bool>()) {
-    t = t.clone();
-    copied = true;
-  }
-  if (t.is_cuda()) {
-    // Stream semantics (DLPack spec, CUDA): None/1 = legacy default, 2 = per-thread
-    // default, -1 = no synchronization, 0 is disallowed, else a stream handle.
-    std::intptr_t s = stream.is_none() ? 1 : stream.cast<std::intptr_t>();
-    if (s == 0) throw ValueError("__dlpack__: stream=0 is ambiguous and disallowed; use 1 for the legacy default stream");
-    if (s != -1) {
-      int dev = t.device().index;
-      StreamRef producer = current_stream(dev);
-      StreamRef consumer = (s == 1 || s == 2) ? StreamRef::default_for(dev)
-                                              : StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(s), dev);
-      if (!(producer == consumer)) consumer.wait(producer);
-    }
-  } else if (!stream.is_none() && !t.is_pinned()) {
-    // Host tensors: the spec says stream must be None for kDLCPU.
-    if (stream.cast<std::intptr_t>() != -1)
-      throw py::buffer_error("__dlpack__: stream must be None for host (kDLCPU) tensors");
-  }
-  bool versioned = false;
-  if (!max_version.is_none()) {
-    auto mv = max_version.cast<std::pair<int, int>>();
-    versioned = mv.first >= 1;
-  }
-  return make_capsule(t, versioned, copied ? dl::DLPACK_FLAG_BITMASK_IS_COPIED : 0);
-}
-
-py::dict cuda_array_interface(const Tensor& t) {
-  if (!t.is_cuda())
-    throw py::attribute_error("__cuda_array_interface__ is only defined for device tensors (this one is on " +
-                              t.device().str() + ")");
-  if (t.dtype() == DType::bfloat16) throw py::attribute_error("__cuda_array_interface__ has no typestr for bfloat16");
-  py::dict d;
-  d["shape"] = py::tuple(py::cast(t.sizes()));
-  d["typestr"] = numpy_dtype(t.dtype()).attr("str");
-  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(t.data_ptr()), false);
-  d["version"] = 3;
-  if (t.is_contiguous()) {
-    d["strides"] = py::none();
-  } else {
-    py::list st;
-    for (auto s : t.strides()) st.append(s * static_cast<std::int64_t>(t.element_size()));
-    d["strides"] = py::tuple(st);
-  }
-  StreamRef s = current_stream(t.device().index);
-  d["stream"] = s.is_default() ? py::int_(1) : py::int_(reinterpret_cast<std::uintptr_t>(s.handle()));
-  return d;
-}
-
-// Host tensor from numpy (zero-copy when possible).
-Tensor from_numpy(py::handle arr) {
-  auto np = py::module_::import("numpy");
-  py::object a = np.attr("asarray")(arr);
-  std::string kind = py::str(a.attr("dtype").attr("name"));
-  auto dt = dtype_from_name(kind);
-  if (!dt) throw ValueError("cannot convert numpy dtype " + kind + " to a cudakit dtype");
-  py::buffer_info info = a.cast<py::array>().request();
-  Shape sizes(info.shape.begin(), info.shape.end());
-  Shape strides;
-  std::int64_t es = static_cast<std::int64_t>(element_size(*dt));
-  for (auto s : info.strides) {
-    if (s % es) {  // unaligned strides: make a contiguous numpy copy
-      return from_numpy(np.attr("ascontiguousarray")(a));
-    }
-    strides.push_back(s / es);
-  }
-  // Keep the numpy array alive with the storage (released with the GIL, see release_foreign).
-  auto* ref = new py::object(a);
-  auto release = [ref] { release_foreign([ref] { delete ref; }); };
-  const detail::StridedExtent ext = detail::strided_extent(sizes, strides);
-  auto st = Storage::external(static_cast<char*>(info.ptr) + ext.lo * es, ext.nbytes(es),
-                              Device::cpu(), false, release);
-  return Tensor(st, *dt, sizes, strides, -ext.lo);
-}
-
-Tensor to_tensor_like(py::handle obj, std::optional<DType> dtype, std::optional<Device> device) {
-  Tensor t;
-  bool from_sequence = false;
-  if (py::isinstance<Tensor>(obj)) {
-    t = obj.cast<Tensor>();
-  } else if (py::hasattr(obj, "__dlpack__") && !py::isinstance(obj, py::module_::import("numpy").attr("ndarray"))) {
-    t = from_dlpack_obj(obj);
-  } else if (py::isinstance(obj, py::module_::import("numpy").attr("ndarray"))) {
-    t = from_numpy(obj);
-  } else {
-    // Python scalars / nested sequences: numpy parses, torch's default dtypes apply.
-    auto np = py::module_::import("numpy");
-    py::object a = np.attr("asarray")(obj);
-    std::string k = py::str(a.attr("dtype").attr("kind"));
-    if (!dtype) {
-      if (k == "f") a = a.attr("astype")("float32");
-      else if (k == "c") a = a.attr("astype")("complex64");
-      else if (k == "i" || k == "u") a = a.attr("astype")("int64");
-    }
-    t = from_numpy(a).clone();  // own the bytes
-    from_sequence = true;
-  }
-  Device target = device ? *device : (from_sequence ? Device::cuda(kCurrentDevice) : t.device());
-  DType dt = dtype ? *dtype : t.dtype();
-  return t.to(target, dt);
-}
-
 // ---- indexing ----
+std::optional<std::int64_t> opt_index(py::handle o, Arg a) {
+  if (o.is_none()) return std::nullopt;
+  return to_int64(o, a);
+}
+
 Tensor index(const Tensor& self, py::handle key) {
+  const Arg a{"Tensor.__getitem__", "index"};
   py::tuple items = py::isinstance<py::tuple>(key) ? key.cast<py::tuple>() : py::make_tuple(key);
   std::int64_t consumed = 0;
   for (auto it : items)
@@ -346,42 +43,80 @@ Tensor index(const Tensor& self, py::handle key) {
       consumed = self.dim();
     } else if (py::isinstance<py::slice>(it)) {
       auto sl = it.cast<py::slice>();
-      auto opt = [](py::object o) -> std::optional<std::int64_t> {
-        if (o.is_none()) return std::nullopt;
-        return o.cast<std::int64_t>();
-      };
-      std::int64_t step = sl.attr("step").is_none() ? 1 : sl.attr("step").cast<std::int64_t>();
-      t = t.slice(d++, opt(sl.attr("start")), opt(sl.attr("stop")), step);
-    } else if (py::isinstance<py::int_>(it) || py::hasattr(it, "__index__")) {
-      std::int64_t i = py::reinterpret_steal<py::int_>(PyNumber_Index(it.ptr())).cast<std::int64_t>();
+      auto step = opt_index(sl.attr("step"), a);
+      t = t.slice(d++, opt_index(sl.attr("start"), a), opt_index(sl.attr("stop"), a), step.value_or(1));
+    } else if (is_int(it) && !py::isinstance<Tensor>(it)) {
+      std::int64_t i = to_int64(it, a);
       std::int64_t n = t.size(d);
       if (i < -n || i >= n)
         throw py::index_error("index " + std::to_string(i) + " is out of bounds for dimension " +
                               std::to_string(d) + " with size " + std::to_string(n));
       t = t.select(d, i);
     } else {
-      throw py::type_error("only integers, slices, None and Ellipsis are valid indices (advanced indexing is not supported)");
+      throw ArgTypeError("Tensor indices must be integers, slices, None or Ellipsis (advanced indexing "
+                         "is not supported), not " + describe(it));
     }
   }
   return t;
 }
 
-Tensor other_tensor(const Tensor& self, py::handle o) {
+// The other operand of copy_ / __setitem__: any array-like, placed on `self`'s device.
+Tensor other_tensor(const Tensor& self, py::handle o, Arg a) {
   if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
-  return to_tensor_like(o, std::nullopt, self.device());
+  return to_tensor(o, std::nullopt, self.device(), a);
 }
 
+// A binary operator: scalars and tensors; anything else is NotImplemented, so Python tries
+// the reflected operator and finally raises its TypeError ("unsupported operand type(s)").
 template <class TT, class TS>
-py::object binop(const Tensor& a, py::handle b, TT tensor_fn, TS scalar_fn) {
-  if (auto s = as_scalar(b)) return py::cast(scalar_fn(a, *s));
-  if (py::isinstance<Tensor>(b)) return py::cast(tensor_fn(a, b.cast<Tensor>()));
+py::object binop(const Tensor& a, py::handle b, const char* fn, TT tensor_fn, TS scalar_fn) {
+  if (py::isinstance<Tensor>(b)) return py::cast(tensor_fn(a, b.cast<const Tensor&>()));
+  if (auto s = as_scalar(b, Arg{fn, "other"})) return py::cast(scalar_fn(a, *s));
   return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+}
+
+// The same for named methods (t.add(x)): a wrong operand is an argument error.
+template <class TT, class TS>
+Tensor method_op(const Tensor& a, py::handle b, const char* fn, TT tensor_fn, TS scalar_fn) {
+  if (py::isinstance<Tensor>(b)) return tensor_fn(a, b.cast<const Tensor&>());
+  if (auto s = as_scalar(b, Arg{fn, "other"})) return scalar_fn(a, *s);
+  throw_type(Arg{fn, "other"}, "a Tensor or a number", b);
+}
+
+// Calls that may wait for the device (copies to or from host memory, item()) run without the
+// GIL, as torch's bindings do: other Python threads keep running, and a stream task that
+// needs the interpreter cannot deadlock against the waiting thread. Only C++ values are
+// touched inside; Python objects are converted before and after.
+template <class F>
+auto nogil(F&& f) -> decltype(f()) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+Scalar item_nogil(const Tensor& t) {
+  return nogil([&] { return t.item(); });
+}
+
+py::object scalar_to_py(const Scalar& s) {
+  switch (s.kind) {
+    case Scalar::Kind::boolean: return py::bool_(s.i != 0);
+    case Scalar::Kind::integer: return py::int_(s.i);
+    case Scalar::Kind::floating: return py::float_(s.d);
+    default: return py::cast(s.c);
+  }
+}
+
+// float(t) / int(t) / complex(t): one element of any shape, as torch.
+Scalar one_element(const Tensor& t) {
+  if (t.numel() != 1) throw ValueError("only one element tensors can be converted to Python scalars (this one has " +
+                                       std::to_string(t.numel()) + " elements)");
+  return item_nogil(t);
 }
 
 std::string tensor_repr(const Tensor& t) {
   std::string body;
-  Tensor h = t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu());
   if (t.numel() <= 1000) {
+    Tensor h = nogil([&] { return t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu()); });
     body = py::str(to_numpy(h).attr("tolist")());
   } else {
     body = "...";
@@ -394,14 +129,34 @@ std::string tensor_repr(const Tensor& t) {
   return r + ")";
 }
 
-TensorOptions opts(py::object dtype, py::object device, bool pin_memory, DType def = DType::float32) {
-  TensorOptions o;
-  o.dtype = dtype.is_none() ? def : parse_dtype(dtype);
-  o.device = parse_device(device);
-  o.pinned = pin_memory;
-  if (pin_memory && o.device.is_cuda())
-    throw ValueError("pin_memory=True requires device='cpu'");
-  return o;
+Generator* generator_arg(py::handle g, Arg a) {
+  if (g.is_none()) return nullptr;
+  if (!py::isinstance<Generator>(g)) throw_type(a, "a cudakit.Generator or None", g);
+  return g.cast<Generator*>();
+}
+
+std::int64_t dim_arg(py::handle d, const char* fn) { return to_int64(d, Arg{fn, "dim"}); }
+
+// Tensor.to(*args, dtype=, device=): positional arguments may be a tensor (its dtype and
+// device), a dtype or a device, in any order, as torch.
+std::pair<std::optional<DType>, std::optional<Device>> to_args(const py::args& args, py::handle dtype, py::handle device) {
+  const Arg da{"Tensor.to", "dtype"}, va{"Tensor.to", "device"};
+  std::optional<DType> dt = opt_dtype_arg(dtype, da);
+  std::optional<Device> dev;
+  if (!device.is_none()) dev = device_arg(device, va);
+  for (auto a : args) {
+    if (py::isinstance<Tensor>(a)) {
+      dt = a.cast<const Tensor&>().dtype();
+      dev = a.cast<const Tensor&>().device();
+      continue;
+    }
+    const bool device_like = py::isinstance<Device>(a) || is_int(a) ||
+                             (PyUnicode_Check(a.ptr()) && !dtype_from_name(a.cast<std::string>())) ||
+                             (py::hasattr(a, "type") && py::hasattr(a, "index"));
+    if (device_like) dev = device_arg(a, va);
+    else dt = dtype_arg(a, da);
+  }
+  return {dt, dev};
 }
 
 void bind(py::module_& m) {
@@ -414,11 +169,17 @@ void bind(py::module_& m) {
       .def_property_readonly("name", [](DType t) { return std::string(dtype_name(t)); })
       .def("__repr__", [](DType t) { return std::string("cudakit.") + dtype_name(t); })
       .def("__str__", [](DType t) { return std::string("cudakit.") + dtype_name(t); })
-      .def("__eq__", [](DType a, py::object b) {
-        try { return a == parse_dtype(b); } catch (...) { return false; }
+      .def("__eq__", [](DType a, py::handle b) {
+        try {
+          return a == dtype_arg(b, Arg{"dtype.__eq__", "other"});
+        } catch (const std::exception&) {
+          return false;  // not a dtype: unequal, as == must not raise
+        }
       })
       .def("__hash__", [](DType t) { return static_cast<int>(t); })
-      .def("__reduce__", [](DType t) { return py::make_tuple(py::module_::import("cudakit").attr("_dtype_from_name"), py::make_tuple(dtype_name(t))); });
+      .def("__reduce__", [](DType t) {
+        return py::make_tuple(py::module_::import("cudakit").attr("_dtype_from_name"), py::make_tuple(dtype_name(t)));
+      });
   for (int i = 0; i < kNumDTypes; ++i) {
     DType t = static_cast<DType>(i);
     m.attr(dtype_name(t)) = py::cast(t);
@@ -432,41 +193,31 @@ void bind(py::module_& m) {
   m.attr("short") = py::cast(DType::int16);
   m.attr("cfloat") = py::cast(DType::complex64);
   m.attr("cdouble") = py::cast(DType::complex128);
-  m.def("_dtype_from_name", [](const std::string& n) { return parse_dtype(py::str(n)); });
-  m.def("promote_types", [](py::object a, py::object b) { return promote_types(parse_dtype(a), parse_dtype(b)); });
-  m.def("result_type", [](const Tensor& a, py::object b) {
-    if (auto s = as_scalar(b)) return result_type(a, *s);
-    return result_type(a, b.cast<Tensor>());
-  });
-
-  py::class_<TensorDevice>(m, "TensorDevice", "Device of a Tensor: .type ('cpu'|'cuda') and .index")
-      .def_property_readonly("type", [](const TensorDevice& d) { return d.d.is_cpu() ? "cpu" : "cuda"; })
-      .def_property_readonly("index", [](const TensorDevice& d) -> py::object {
-        return d.d.is_cpu() ? py::none() : py::cast(d.d.index);
-      })
-      .def("__str__", [](const TensorDevice& d) { return d.d.str(); })
-      .def("__repr__", [](const TensorDevice& d) {
-        return d.d.is_cpu() ? std::string("device(type='cpu')")
-                            : "device(type='cuda', index=" + std::to_string(d.d.index) + ")";
-      })
-      .def("__eq__", [](const TensorDevice& a, py::object b) {
-        try { return a.d == parse_device(b); } catch (...) { return false; }
-      })
-      .def("__hash__", [](const TensorDevice& d) { return py::hash(py::str(d.d.str())); });
+  m.def("_dtype_from_name", [](py::handle n) { return dtype_arg(n, Arg{"_dtype_from_name", "name"}); });
+  m.def("promote_types", [](py::handle a, py::handle b) {
+    const DType t1 = dtype_arg(a, Arg{"promote_types", "type1"});
+    return promote_types(t1, dtype_arg(b, Arg{"promote_types", "type2"}));
+  }, py::arg("type1"), py::arg("type2"));
+  m.def("result_type", [](py::handle a, py::handle b) {
+    const Tensor& t = tensor_arg(a, Arg{"result_type", "tensor1"});
+    if (py::isinstance<Tensor>(b)) return result_type(t, b.cast<const Tensor&>());
+    return result_type(t, scalar_arg(b, Arg{"result_type", "tensor2"}));
+  }, py::arg("tensor1"), py::arg("tensor2"));
 
   // ---- Tensor ----
   py::class_<Tensor> cls(m, "Tensor", R"doc(
 A strided array in cudakit memory (device, pinned or pageable host). Views share storage;
-operators + - * / @ and unary - run on the current stream of the tensor's device.
-Interoperates through DLPack (__dlpack__, from_dlpack) and __cuda_array_interface__.)doc");
+operators + - * / ** @, unary -, and comparisons == != < <= > >= (bool tensors) run on the
+current stream of the tensor's device. Interoperates through DLPack (__dlpack__,
+from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch.Tensor.)doc");
   cls.def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.sizes())); })
-      .def("size", [](const Tensor& t, py::object d) -> py::object {
+      .def("size", [](const Tensor& t, py::handle d) -> py::object {
         if (d.is_none()) return py::tuple(py::cast(t.sizes()));
-        return py::cast(t.size(d.cast<std::int64_t>()));
+        return py::cast(t.size(dim_arg(d, "Tensor.size")));
       }, py::arg("dim") = py::none())
-      .def("stride", [](const Tensor& t, py::object d) -> py::object {
+      .def("stride", [](const Tensor& t, py::handle d) -> py::object {
         if (d.is_none()) return py::tuple(py::cast(t.strides()));
-        return py::cast(t.stride(d.cast<std::int64_t>()));
+        return py::cast(t.stride(dim_arg(d, "Tensor.stride")));
       }, py::arg("dim") = py::none())
       .def("storage_offset", &Tensor::storage_offset)
       .def("dim", &Tensor::dim)
@@ -477,7 +228,7 @@ Interoperates through DLPack (__dlpack__, from_dlpack) and __cuda_array_interfac
         return t.size(0);
       })
       .def_property_readonly("dtype", &Tensor::dtype)
-      .def_property_readonly("device", [](const Tensor& t) { return TensorDevice{t.device()}; })
+      .def_property_readonly("device", &Tensor::device)
       .def_property_readonly("is_cuda", &Tensor::is_cuda)
       .def("get_device", [](const Tensor& t) { return t.is_cuda() ? t.device().index : -1; })
       .def("is_pinned", &Tensor::is_pinned)
@@ -487,185 +238,198 @@ Interoperates through DLPack (__dlpack__, from_dlpack) and __cuda_array_interfac
       .def_property_readonly("itemsize", &Tensor::element_size)
       .def("element_size", &Tensor::element_size)
       // views
-      .def("view", [](const Tensor& t, py::args a) { return t.view(parse_shape(a)); })
-      .def("reshape", [](const Tensor& t, py::args a) { return t.reshape(parse_shape(a)); })
+      .def("view", [](const Tensor& t, py::args a) { return t.view(shape_from_args(a, Arg{"Tensor.view", "size"})); })
+      .def("reshape", [](const Tensor& t, py::args a) { return t.reshape(shape_from_args(a, Arg{"Tensor.reshape", "shape"})); })
       .def("t", &Tensor::t)
       .def_property_readonly("T", [](const Tensor& t) {
         std::vector<std::int64_t> dims;
         for (std::int64_t i = t.dim() - 1; i >= 0; --i) dims.push_back(i);
         return t.permute(dims);
       })
-      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
-      .def("permute", [](const Tensor& t, py::args a) { return t.permute(parse_shape(a)); })
-      .def("unsqueeze", &Tensor::unsqueeze, py::arg("dim"))
-      .def("squeeze", [](const Tensor& t, py::object d) {
-        if (!d.is_none()) return t.squeeze(d.cast<std::int64_t>());
+      .def("transpose", [](const Tensor& t, py::handle d0, py::handle d1) {
+        const std::int64_t a0 = to_int64(d0, Arg{"Tensor.transpose", "dim0"});
+        return t.transpose(a0, to_int64(d1, Arg{"Tensor.transpose", "dim1"}));
+      }, py::arg("dim0"), py::arg("dim1"))
+      .def("permute", [](const Tensor& t, py::args a) { return t.permute(shape_from_args(a, Arg{"Tensor.permute", "dims"})); })
+      .def("unsqueeze", [](const Tensor& t, py::handle d) { return t.unsqueeze(dim_arg(d, "Tensor.unsqueeze")); },
+           py::arg("dim"))
+      .def("squeeze", [](const Tensor& t, py::handle d) {
+        if (!d.is_none()) return t.squeeze(dim_arg(d, "Tensor.squeeze"));
         Tensor r = t;
         for (std::int64_t i = t.dim() - 1; i >= 0; --i) r = r.squeeze(i);
         return r;
       }, py::arg("dim") = py::none())
-      .def("expand", [](const Tensor& t, py::args a) { return t.expand(parse_shape(a)); })
+      .def("expand", [](const Tensor& t, py::args a) { return t.expand(shape_from_args(a, Arg{"Tensor.expand", "size"})); })
       .def("flatten", &Tensor::flatten)
       .def("__getitem__", &index)
       .def("__setitem__", [](Tensor& t, py::handle key, py::handle value) {
         Tensor v = index(t, key);
-        if (auto s = as_scalar(value)) v.fill_(*s);
-        else v.copy_(other_tensor(t, value));
+        if (auto s = as_scalar(value, Arg{"Tensor.__setitem__", "value"})) v.fill_(*s);
+        else {
+          Tensor src = other_tensor(t, value, Arg{"Tensor.__setitem__", "value"});
+          nogil([&]() -> Tensor& { return v.copy_(src); });
+        }
       })
       // copies
       .def("contiguous", &Tensor::contiguous)
       .def("clone", &Tensor::clone)
-      .def("copy_", [](Tensor& t, py::handle src, bool nb) -> Tensor& { return t.copy_(other_tensor(t, src), nb); },
-           py::arg("src"), py::arg("non_blocking") = false, py::return_value_policy::reference_internal)
-      .def("to", [](const Tensor& t, py::args args, py::object dtype, py::object device, bool nb, bool copy) {
-        std::optional<DType> dt;
-        std::optional<Device> dev;
-        if (!dtype.is_none()) dt = parse_dtype(dtype);
-        if (!device.is_none()) dev = parse_device(device);
-        for (auto a : args) {
-          if (py::isinstance<Tensor>(a)) { dt = a.cast<Tensor>().dtype(); dev = a.cast<Tensor>().device(); continue; }
-          bool is_dtype = py::isinstance<DType>(a);
-          if (!is_dtype && py::isinstance<py::str>(a)) is_dtype = dtype_from_name(a.cast<std::string>()).has_value();
-          if (is_dtype) dt = parse_dtype(a); else dev = parse_device(a);
-        }
-        Tensor r = t.to(dev.value_or(t.device()), dt.value_or(t.dtype()), nb);
-        if (copy && r.storage() == t.storage()) r = r.clone();
-        return r;
+      .def("copy_", [](Tensor& t, py::handle src, py::handle nb) -> Tensor& {
+        Tensor s = other_tensor(t, src, Arg{"Tensor.copy_", "src"});
+        const bool non_blocking = to_bool(nb, Arg{"Tensor.copy_", "non_blocking"});
+        return nogil([&]() -> Tensor& { return t.copy_(s, non_blocking); });
+      }, py::arg("src"), py::arg("non_blocking") = false, py::return_value_policy::reference_internal)
+      .def("to", [](const Tensor& t, py::args args, py::handle dtype, py::handle device, py::handle nb, py::handle copy) {
+        auto [dt, dev] = to_args(args, dtype, device);
+        const bool non_blocking = to_bool(nb, Arg{"Tensor.to", "non_blocking"});
+        const bool want_copy = to_bool(copy, Arg{"Tensor.to", "copy"});
+        return nogil([&] {
+          Tensor r = t.to(dev.value_or(t.device()), dt.value_or(t.dtype()), non_blocking);
+          if (want_copy && r.storage() == t.storage()) r = r.clone();
+          return r;
+        });
       }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
          py::arg("non_blocking") = false, py::arg("copy") = false)
-      .def("cpu", [](const Tensor& t) { return t.to(Device::cpu()); })
-      .def("cuda", [](const Tensor& t, py::object device, bool nb) { return t.to(parse_device(device), nb); },
-           py::arg("device") = py::none(), py::arg("non_blocking") = false)
-      .def("pin_memory", &Tensor::pin_memory)
-      .def("record_stream", [](const Tensor& t, py::object s) { t.record_stream(stream_from_object(s, t.device().index)); })
-      .def("numpy", [](const Tensor& t) { return to_numpy(t); })
-      .def("__array__", [](const Tensor& t, py::object dtype, py::object copy) {
-        py::object a = to_numpy(t);
-        if (!dtype.is_none()) a = a.attr("astype")(dtype);
-        return a;
-      }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def("cpu", [](const Tensor& t) { return nogil([&] { return t.to(Device::cpu()); }); })
+      .def("cuda", [](const Tensor& t, py::handle device, py::handle nb) {
+        const Device d = Device::cuda(cuda_index(device, Arg{"Tensor.cuda", "device"}));
+        const bool non_blocking = to_bool(nb, Arg{"Tensor.cuda", "non_blocking"});
+        return nogil([&] { return t.to(d, non_blocking); });
+      }, py::arg("device") = py::none(), py::arg("non_blocking") = false)
+      .def("pin_memory", [](const Tensor& t) { return nogil([&] { return t.pin_memory(); }); })
+      .def("record_stream", [](const Tensor& t, py::handle s) {
+        const Arg a{"Tensor.record_stream", "stream"};
+        if (s.is_none()) throw_type(a, "a cudakit.Stream", s);
+        t.record_stream(stream_arg(s, a, t.is_cuda() ? t.device().index : kCurrentDevice));
+      }, py::arg("stream"))
       .def("tolist", [](const Tensor& t) {
-        Tensor h = t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu());
+        Tensor h = nogil([&] { return t.dtype() == DType::bfloat16 ? t.to(Device::cpu(), DType::float32) : t.to(Device::cpu()); });
         return to_numpy(h).attr("tolist")();
       })
-      .def("item", [](const Tensor& t) -> py::object {
-        Scalar s = t.item();
-        switch (s.kind) {
-          case Scalar::Kind::boolean: return py::bool_(s.i != 0);
-          case Scalar::Kind::integer: return py::int_(s.i);
-          case Scalar::Kind::floating: return py::float_(s.d);
-          default: return py::cast(s.c);
-        }
+      // Python values of one-element tensors (any shape, as torch)
+      .def("item", [](const Tensor& t) { return scalar_to_py(item_nogil(t)); })
+      .def("__bool__", [](const Tensor& t) {
+        if (t.numel() != 1)
+          throw ValueError(t.numel() == 0 ? "Boolean value of Tensor with no values is ambiguous"
+                                          : "Boolean value of Tensor with more than one value is ambiguous");
+        return item_nogil(t).c != std::complex<double>(0);
       })
-      .def("__bool__", [](const Tensor& t) { return t.item().c != std::complex<double>(0); })
-      .def("__float__", [](const Tensor& t) { return t.item().d; })
-      .def("__int__", [](const Tensor& t) { return t.item().i; })
+      .def("__float__", [](const Tensor& t) {
+        Scalar s = one_element(t);
+        if (s.kind == Scalar::Kind::complex) throw py::type_error("can't convert a complex tensor to float; use .real or abs()");
+        return s.d;
+      })
+      .def("__int__", [](const Tensor& t) -> py::object {
+        Scalar s = one_element(t);
+        if (s.kind == Scalar::Kind::complex) throw py::type_error("can't convert a complex tensor to int");
+        if (s.kind == Scalar::Kind::floating) {  // Python's int(float): truncates, raises for nan/inf
+          PyObject* r = PyNumber_Long(py::float_(s.d).ptr());
+          if (!r) throw py::error_already_set();
+          return py::reinterpret_steal<py::object>(r);
+        }
+        return py::int_(s.i);
+      })
+      .def("__index__", [](const Tensor& t) {
+        if (!is_integral(t.dtype(), true) || t.numel() != 1)
+          throw py::type_error("only integer tensors of a single element can be converted to an index");
+        return item_nogil(t).i;
+      })
+      .def("__complex__", [](const Tensor& t) { return one_element(t).c; })
       // fills and sampling
       .def("fill_", [](Tensor& t, py::handle v) -> Tensor& {
-        auto s = as_scalar(v);
-        if (!s) s = other_tensor(t, v).item();
-        return t.fill_(*s);
+        const Arg a{"Tensor.fill_", "value"};
+        if (auto s = as_scalar(v, a)) return t.fill_(*s);
+        if (!py::isinstance<Tensor>(v)) throw_type(a, "a number or a one-element Tensor", v);
+        const Scalar s = item_nogil(v.cast<const Tensor&>());
+        return t.fill_(s);
       }, py::return_value_policy::reference_internal)
       .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
-      .def("uniform_", [](Tensor& t, double from, double to, py::object gen) -> Tensor& { Generator* g = gen.is_none() ? nullptr : gen.cast<Generator*>(); return t.uniform_(from, to, g); },
-           py::arg("from_") = 0.0, py::arg("to") = 1.0, py::kw_only(), py::arg("generator") = py::none(),
-           py::return_value_policy::reference_internal)
-      .def("normal_", [](Tensor& t, double mean, double std, py::object gen) -> Tensor& { Generator* g = gen.is_none() ? nullptr : gen.cast<Generator*>(); return t.normal_(mean, std, g); },
-           py::arg("mean") = 0.0, py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = py::none(),
-           py::return_value_policy::reference_internal)
+      .def("uniform_", [](Tensor& t, py::handle from, py::handle to, py::handle gen) -> Tensor& {
+        const double lo = to_double(from, Arg{"Tensor.uniform_", "from"});
+        const double hi = to_double(to, Arg{"Tensor.uniform_", "to"});
+        return t.uniform_(lo, hi, generator_arg(gen, Arg{"Tensor.uniform_", "generator"}));
+      }, py::arg("from_") = 0.0, py::arg("to") = 1.0, py::kw_only(), py::arg("generator") = py::none(),
+         py::return_value_policy::reference_internal)
+      .def("normal_", [](Tensor& t, py::handle mean, py::handle std, py::handle gen) -> Tensor& {
+        const double m = to_double(mean, Arg{"Tensor.normal_", "mean"});
+        const double sd = to_double(std, Arg{"Tensor.normal_", "std"});
+        return t.normal_(m, sd, generator_arg(gen, Arg{"Tensor.normal_", "generator"}));
+      }, py::arg("mean") = 0.0, py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = py::none(),
+         py::return_value_policy::reference_internal)
       // ops
       .def("sum", [](const Tensor& t) { return sum(t); })
       .def("relu", [](const Tensor& t) { return relu(t); })
       .def("neg", [](const Tensor& t) { return neg(t); })
-      .def("matmul", [](const Tensor& a, const Tensor& b) { return matmul(a, b); })
-      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); })
-      .def("__neg__", [](const Tensor& a) { return neg(a); })
-      .def("__add__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return add(x, y); }, [](const auto& x, const auto& s) { return add(x, s); }); })
-      .def("__radd__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return add(y, x); }, [](const auto& x, const auto& s) { return add(x, s); }); })
-      .def("__sub__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return sub(x, y); }, [](const auto& x, const auto& s) { return sub(x, s); }); })
-      .def("__rsub__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return sub(y, x); }, [](const auto& x, const auto& s) { return rsub(x, s); }); })
-      .def("__mul__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return mul(x, y); }, [](const auto& x, const auto& s) { return mul(x, s); }); })
-      .def("__rmul__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return mul(y, x); }, [](const auto& x, const auto& s) { return mul(x, s); }); })
-      .def("__truediv__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return div(x, y); }, [](const auto& x, const auto& s) { return div(x, s); }); })
-      .def("__rtruediv__", [](const Tensor& a, py::handle b) { return binop(a, b, [](const auto& x, const auto& y) { return div(y, x); }, [](const auto& x, const auto& s) { return rdiv(x, s); }); })
-      .def("add", [](const Tensor& a, py::handle b) { return add(a, other_tensor(a, b)); })
-      .def("sub", [](const Tensor& a, py::handle b) { return sub(a, other_tensor(a, b)); })
-      .def("mul", [](const Tensor& a, py::handle b) { return mul(a, other_tensor(a, b)); })
-      .def("div", [](const Tensor& a, py::handle b) { return div(a, other_tensor(a, b)); })
-      .def("__iadd__", [](Tensor& a, py::handle b) -> Tensor& { return add_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("__isub__", [](Tensor& a, py::handle b) -> Tensor& { return sub_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("__imul__", [](Tensor& a, py::handle b) -> Tensor& { return mul_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("__itruediv__", [](Tensor& a, py::handle b) -> Tensor& { return div_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("add_", [](Tensor& a, py::handle b) -> Tensor& { return add_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("sub_", [](Tensor& a, py::handle b) -> Tensor& { return sub_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("mul_", [](Tensor& a, py::handle b) -> Tensor& { return mul_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      .def("div_", [](Tensor& a, py::handle b) -> Tensor& { return div_(a, other_tensor(a, b)); }, py::return_value_policy::reference_internal)
-      // interop
-      .def("__dlpack__", &dlpack, py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
-      .def("__dlpack_device__", [](const Tensor& t) {
-        auto d = dl::device_of(t);
-        return py::make_tuple(static_cast<int>(d.device_type), d.device_id);
+      .def("matmul", [](const Tensor& a, py::handle b) { return matmul(a, tensor_arg(b, Arg{"Tensor.matmul", "other"})); },
+           py::arg("other"))
+      .def("__matmul__", [](const Tensor& a, py::handle b) -> py::object {
+        if (!py::isinstance<Tensor>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+        return py::cast(matmul(a, b.cast<const Tensor&>()));
       })
-      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface)
-      .def("__repr__", &tensor_repr);
+      .def("__neg__", [](const Tensor& a) { return neg(a); });
 
-  // ---- factories ----
-  m.def("empty", [](py::args s, py::object dtype, py::object device, bool pin) { return empty(parse_shape(s), opts(dtype, device, pin)); },
-        py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("pin_memory") = false);
-  m.def("zeros", [](py::args s, py::object dtype, py::object device, bool pin) { return zeros(parse_shape(s), opts(dtype, device, pin)); },
-        py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("pin_memory") = false);
-  m.def("ones", [](py::args s, py::object dtype, py::object device, bool pin) { return ones(parse_shape(s), opts(dtype, device, pin)); },
-        py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("pin_memory") = false);
-  m.def("full", [](py::object s, py::handle v, py::object dtype, py::object device, bool pin) {
-          auto sc = as_scalar(v);
-          if (!sc) throw ValueError("full: fill_value must be a number");
-          DType def = sc->kind == Scalar::Kind::floating ? DType::float32 : sc->default_dtype();
-          Shape shape = py::isinstance<py::int_>(s) ? Shape{s.cast<std::int64_t>()} : s.cast<Shape>();
-          return full(shape, *sc, opts(dtype, device, pin, def));
-        }, py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
-        py::arg("device") = py::none(), py::arg("pin_memory") = false);
-  m.def("arange", [](py::handle a, py::handle b, py::handle step, py::object dtype, py::object device) {
-          Scalar start(0LL), end, st(1LL);
-          if (b.is_none()) { end = *as_scalar(a); } else { start = *as_scalar(a); end = *as_scalar(b); }
-          if (!step.is_none()) st = *as_scalar(step);
-          bool fl = start.kind == Scalar::Kind::floating || end.kind == Scalar::Kind::floating || st.kind == Scalar::Kind::floating;
-          return arange(start, end, st, opts(dtype, device, false, fl ? DType::float32 : DType::int64));
-        }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = py::none(), py::kw_only(),
-        py::arg("dtype") = py::none(), py::arg("device") = py::none());
-  m.def("empty_like", [](const Tensor& t, py::object dtype, py::object device) {
-          return empty(t.sizes(), TensorOptions{dtype.is_none() ? t.dtype() : parse_dtype(dtype),
-                                                device.is_none() ? t.device() : parse_device(device), false});
-        }, py::arg("input"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none());
-  m.def("zeros_like", [](const Tensor& t, py::object dtype, py::object device) {
-          return zeros(t.sizes(), TensorOptions{dtype.is_none() ? t.dtype() : parse_dtype(dtype),
-                                                device.is_none() ? t.device() : parse_device(device), false});
-        }, py::arg("input"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none());
-  m.def("asarray", [](py::handle obj, py::object dtype, py::object device, py::object copy) {
-          std::optional<DType> dt;
-          std::optional<Device> dev;
-          if (!dtype.is_none()) dt = parse_dtype(dtype);
-          if (!device.is_none()) dev = parse_device(device);
-          Tensor r = to_tensor_like(obj, dt, dev);
-          if (!copy.is_none() && copy.cast<bool>() && py::isinstance<Tensor>(obj) &&
-              r.storage() == obj.cast<Tensor>().storage())
-            r = r.clone();
-          return r;
-        }, py::arg("obj"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
-        py::arg("copy") = py::none());
-  m.def("from_dlpack", [](py::handle obj) { return from_dlpack_obj(obj); }, py::arg("ext_tensor"));
-  m.def("matmul", [](const Tensor& a, const Tensor& b) { return matmul(a, b); });
-  m.def("sum", [](const Tensor& a) { return sum(a); });
-  m.def("relu", [](const Tensor& a) { return relu(a); });
-  m.def("matmul_allow_tf32", &matmul_allow_tf32, "Whether float32 matmul may use TF32 tensor cores (default False).");
-  m.def("set_matmul_allow_tf32", &set_matmul_allow_tf32, py::arg("allow"));
-  // cudakit.current_blas_handle() (python/cudakit/_device.py): the calling thread's cuBLAS
-  // handle for the current device as an int; NotImplementedError on the emulated backend.
-  m.def("_current_blas_handle", [] { return reinterpret_cast<std::uintptr_t>(detail::current_blas_handle()); });
+#define CK_BINARY(pyname, fn_name, TENSOR_EXPR, SCALAR_EXPR)                                          \
+  cls.def(pyname, [](const Tensor& a, py::handle b) {                                                 \
+    return binop(a, b, fn_name, [](const Tensor& x, const Tensor& y) { return TENSOR_EXPR; },         \
+                 [](const Tensor& x, const Scalar& s) { return SCALAR_EXPR; });                       \
+  })
+  CK_BINARY("__add__", "Tensor.__add__", add(x, y), add(x, s));
+  CK_BINARY("__radd__", "Tensor.__radd__", add(y, x), add(x, s));
+  CK_BINARY("__sub__", "Tensor.__sub__", sub(x, y), sub(x, s));
+  CK_BINARY("__rsub__", "Tensor.__rsub__", sub(y, x), rsub(x, s));
+  CK_BINARY("__mul__", "Tensor.__mul__", mul(x, y), mul(x, s));
+  CK_BINARY("__rmul__", "Tensor.__rmul__", mul(y, x), mul(x, s));
+  CK_BINARY("__truediv__", "Tensor.__truediv__", div(x, y), div(x, s));
+  CK_BINARY("__rtruediv__", "Tensor.__rtruediv__", div(y, x), rdiv(x, s));
+  CK_BINARY("__pow__", "Tensor.__pow__", pow(x, y), pow(x, s));
+  CK_BINARY("__rpow__", "Tensor.__rpow__", pow(y, x), pow(s, x));
+  // Comparisons: bool tensors (3 < t runs t.__gt__(3), Python's reflection).
+  CK_BINARY("__eq__", "Tensor.__eq__", eq(x, y), eq(x, s));
+  CK_BINARY("__ne__", "Tensor.__ne__", ne(x, y), ne(x, s));
+  CK_BINARY("__lt__", "Tensor.__lt__", lt(x, y), lt(x, s));
+  CK_BINARY("__le__", "Tensor.__le__", le(x, y), le(x, s));
+  CK_BINARY("__gt__", "Tensor.__gt__", gt(x, y), gt(x, s));
+  CK_BINARY("__ge__", "Tensor.__ge__", ge(x, y), ge(x, s));
+#undef CK_BINARY
+  // Defining __eq__ made pybind11 set __hash__ to None; torch hashes a tensor by identity
+  // (hash(t) == id(t)).
+  cls.def("__hash__", [](py::handle self) { return reinterpret_cast<std::intptr_t>(self.ptr()); });
+
+#define CK_METHOD(pyname, fn_name, TENSOR_EXPR, SCALAR_EXPR)                                          \
+  cls.def(pyname, [](const Tensor& a, py::handle b) {                                                 \
+    return method_op(a, b, fn_name, [](const Tensor& x, const Tensor& y) { return TENSOR_EXPR; },     \
+                     [](const Tensor& x, const Scalar& s) { return SCALAR_EXPR; });                   \
+  }, py::arg("other"))
+  CK_METHOD("add", "Tensor.add", add(x, y), add(x, s));
+  CK_METHOD("sub", "Tensor.sub", sub(x, y), sub(x, s));
+  CK_METHOD("mul", "Tensor.mul", mul(x, y), mul(x, s));
+  CK_METHOD("div", "Tensor.div", div(x, y), div(x, s));
+  CK_METHOD("pow", "Tensor.pow", pow(x, y), pow(x, s));
+  CK_METHOD("eq", "Tensor.eq", eq(x, y), eq(x, s));
+  CK_METHOD("ne", "Tensor.ne", ne(x, y), ne(x, s));
+  CK_METHOD("lt", "Tensor.lt", lt(x, y), lt(x, s));
+  CK_METHOD("le", "Tensor.le", le(x, y), le(x, s));
+  CK_METHOD("gt", "Tensor.gt", gt(x, y), gt(x, s));
+  CK_METHOD("ge", "Tensor.ge", ge(x, y), ge(x, s));
+#undef CK_METHOD
+
+  // In-place arithmetic: the operand becomes a tensor on self's device (scalars included).
+#define CK_INPLACE(pyname, fn_name, FN)                                                               \
+  cls.def(pyname, [](Tensor& a, py::handle b) -> Tensor& {                                            \
+    return FN(a, other_tensor(a, b, Arg{fn_name, "other"}));                                         \
+  }, py::return_value_policy::reference_internal)
+  CK_INPLACE("__iadd__", "Tensor.__iadd__", add_);
+  CK_INPLACE("__isub__", "Tensor.__isub__", sub_);
+  CK_INPLACE("__imul__", "Tensor.__imul__", mul_);
+  CK_INPLACE("__itruediv__", "Tensor.__itruediv__", div_);
+  CK_INPLACE("add_", "Tensor.add_", add_);
+  CK_INPLACE("sub_", "Tensor.sub_", sub_);
+  CK_INPLACE("mul_", "Tensor.mul_", mul_);
+  CK_INPLACE("div_", "Tensor.div_", div_);
+#undef CK_INPLACE
+  cls.def("__repr__", &tensor_repr);
 }
 
+Registrar reg("tensor", order::tensor, bind);
+
 }  // namespace
-
-static Registrar reg("tensor", 40, &bind);
-
 }  // namespace cudakit::python

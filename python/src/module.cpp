@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "args.hpp"
 #include "cudakit/error.hpp"
 #include "registry.hpp"
 
@@ -40,9 +41,22 @@ PYBIND11_MODULE(_C, m) {
                                                             PyExc_RuntimeError);
   static py::exception<cudakit::OutOfMemoryError> oom_exc(m, "OutOfMemoryError",
                                                           PyExc_RuntimeError);
+  // A wrong-type argument (args.hpp): TypeError as in torch, and ValueError, cudakit's class
+  // for bad input (which such arguments raised before the argument layer existed).
+  static py::handle arg_type_exc = [&] {
+    py::tuple bases = py::make_tuple(py::handle(PyExc_TypeError), py::handle(PyExc_ValueError));
+    PyObject* cls = PyErr_NewExceptionWithDoc(
+        "cudakit._C.ArgumentTypeError",
+        "An argument of the wrong type: a TypeError that is also a ValueError.", bases.ptr(), nullptr);
+    if (!cls) throw py::error_already_set();
+    m.add_object("ArgumentTypeError", py::handle(cls));
+    return py::handle(cls);
+  }();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const cudakit::python::ArgTypeError& e) {
+      PyErr_SetString(arg_type_exc.ptr(), e.what());
     } catch (const cudakit::OutOfMemoryError& e) {
       py::object exc = py::reinterpret_borrow<py::object>(oom_exc.ptr())(e.what());
       exc.attr("device") = e.device();

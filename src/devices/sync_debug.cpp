@@ -24,12 +24,12 @@ SyncDebugMode get_sync_debug_mode() noexcept {
   return static_cast<SyncDebugMode>(g_mode.load(std::memory_order_relaxed));
 }
 
-namespace detail {
-
-void set_sync_warning_handler(SyncWarningHandler handler) {
+void set_sync_warning_handler(std::function<void(const std::string& message)> handler) {
   std::lock_guard lock(g_handler_mutex);
   g_handler = std::move(handler);
 }
+
+namespace detail {
 
 void on_synchronizing_call(const char* what) {
   int mode = g_mode.load(std::memory_order_relaxed);

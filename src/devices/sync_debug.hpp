@@ -11,9 +11,8 @@ namespace cudakit::detail {
 // atomic load). Warns through the installed handler, or throws cudakit::Error.
 void on_synchronizing_call(const char* what);
 
-// The Python layer installs a handler that emits a Python UserWarning.
+// Installed with the public cudakit::set_sync_warning_handler (device.hpp).
 using SyncWarningHandler = std::function<void(const std::string& message)>;
-void set_sync_warning_handler(SyncWarningHandler handler);
 
 // Initialisation checks shared by every entry point that needs a device.
 void ensure_initialized();

@@ -1,9 +1,10 @@
-// Built-in elementwise, cast, fill and sum kernels. The arithmetic lives in
+// Built-in elementwise (arithmetic, comparisons, pow), cast, fill and sum kernels. The arithmetic lives in
 // src/ops/elementwise_common.hpp, shared with the CPU executor; this file only adds the
 // GPU iteration: grid-stride loops, 16-byte vector accesses on the contiguous fast path.
 // Kernels are extern "C" so the host finds them by name in the embedded fatbin.
 #include <cstdint>
 
+#include "ops/compare_pow.hpp"
 #include "ops/elementwise_common.hpp"
 
 using namespace cudakit::ops;
@@ -86,6 +87,44 @@ __device__ void unary_kernel(const UnaryArgs& a) {
   for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
     a.calc.get(i, off);
     out[off[0]] = store_c<T>(unary_apply<C>(a.op, load_c(x[off[1]])));
+  }
+}
+
+// Comparisons (bool output) and pow: strided loop with a direct-index fast path; the
+// arithmetic is src/ops/compare_pow.hpp, shared with the CPU executor.
+template <class T>
+__device__ void compare_kernel(const BinaryArgs& a) {
+  using C = compute_type<T>;
+  bool* out = static_cast<bool*>(a.out);
+  const T* x = static_cast<const T*>(a.a);
+  const T* y = static_cast<const T*>(a.b);
+  if (a.contiguous) {
+    for (std::int64_t i = gtid(); i < a.n; i += gstride())
+      out[i] = compare_apply<C>(a.op, load_c(x[i]), load_c(y[i]));
+    return;
+  }
+  std::int64_t off[3];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = compare_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]]));
+  }
+}
+
+template <class T>
+__device__ void pow_kernel(const BinaryArgs& a) {
+  using C = compute_type<T>;
+  T* out = static_cast<T*>(a.out);
+  const T* x = static_cast<const T*>(a.a);
+  const T* y = static_cast<const T*>(a.b);
+  if (a.contiguous) {
+    for (std::int64_t i = gtid(); i < a.n; i += gstride())
+      out[i] = store_c<T>(pow_apply<C>(load_c(x[i]), load_c(y[i])));
+    return;
+  }
+  std::int64_t off[3];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = store_c<T>(pow_apply<C>(load_c(x[off[1]]), load_c(y[off[2]])));
   }
 }
 
@@ -303,6 +342,8 @@ __device__ void cast_contig(void* out, const void* x, std::int64_t n) {
   extern "C" __global__ void __launch_bounds__(256) ck_binary_##sfx(BinaryArgs a) { binary_kernel<T>(a); } \
   extern "C" __global__ void __launch_bounds__(256) ck_unary_##sfx(UnaryArgs a) { unary_kernel<T>(a); }    \
   extern "C" __global__ void __launch_bounds__(256) ck_cast_##sfx(CastArgs a) { cast_kernel<T>(a); }       \
+  extern "C" __global__ void __launch_bounds__(256) ck_compare_##sfx(BinaryArgs a) { compare_kernel<T>(a); } \
+  extern "C" __global__ void __launch_bounds__(256) ck_pow_##sfx(BinaryArgs a) { pow_kernel<T>(a); }       \
   extern "C" __global__ void __launch_bounds__(256) ck_sum_partial_##sfx(                       \
       const void* in, OffsetCalc<1> calc, std::int64_t n, void* partials) {                     \
     sum_partial<T>(in, calc, n, partials);                                                       \

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cudakit/python_stacks.hpp"
 #include "backend/backend.hpp"
 
 namespace cudakit::memory {
@@ -50,19 +51,11 @@ void record_memory_history(const char* enabled, const char* context, const char*
 enum ContextLevel : int { kContextNone = 0, kContextState = 1, kContextAlloc = 2, kContextAll = 3 };
 int history_context_level() noexcept;
 
-// A raw Python frame: the code object (kept alive by the bindings for the life of the
-// process) and the offset of the instruction; turned into file/line/name only at snapshot time.
-struct PyFrameRef {
-  const void* code = nullptr;
-  int lasti = -1;
-  bool operator==(const PyFrameRef&) const = default;
-};
-// Python hooks, set by the bindings. `capture` appends the current Python stack, innermost
-// first; it runs without any allocator lock held (it may run the garbage collector).
-// `symbolize` fills file/line/name; it runs at snapshot time, outside allocator locks.
-using PyStackHook = void (*)(std::vector<PyFrameRef>& out);
-using PySymbolizeHook = void (*)(const PyFrameRef& frame, std::string& file, int& line,
-                                 std::string& name);
+// Raw Python frames and the hooks that capture / symbolize them: the public contract in
+// include/cudakit/python_stacks.hpp (the bindings install them with set_python_stack_hooks).
+using PyFrameRef = cudakit::PyFrameRef;
+using PyStackHook = cudakit::PyStackHook;
+using PySymbolizeHook = cudakit::PySymbolizeHook;
 void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize);
 void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& line,
                             std::string& name);

@@ -199,6 +199,10 @@ void set_allocator_settings(const std::string& conf) { memory::set_config(conf);
 
 void* caching_allocator_alloc(std::size_t bytes, int device, std::optional<StreamRef> stream) {
   const int d = dev_of(device);
+  if (stream && stream->device() >= 0 && stream->device() != d)  // as allocate_device
+    throw ValueError("caching_allocator_alloc: stream belongs to device " + std::to_string(stream->device()) +
+                     " but memory was requested on device " + std::to_string(d) +
+                     ": pass a stream of the same device");
   if (bytes == 0) return nullptr;
   detail::StreamHandle h = stream ? stream->handle() : current_stream(d).handle();
   return memory::raw_alloc(bytes, d, h);

@@ -144,9 +144,10 @@ Tensor& Tensor::fill_(const Scalar& value) {
 
 Scalar Tensor::item() const {
   if (numel() != 1)
-    throw ValueError("a Tensor with " + std::to_string(numel()) + " elements cannot be converted to a scalar");
+    throw ValueError("a Tensor with " + std::to_string(numel()) + " elements cannot be converted to Scalar");
+  // Any shape holding one element (e.g. [1], [1, 1]): read it through a 0-d view.
   Tensor h = empty({}, TensorOptions{dtype_, Device::cpu()});
-  h.copy_(*this);  // synchronous
+  h.copy_(as_strided({}, {}, offset_));  // synchronous
   const void* p = h.data_ptr();
   switch (dtype_) {
     case DType::bool_: return Scalar(*static_cast<const bool*>(p));

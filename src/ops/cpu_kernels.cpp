@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cudakit/error.hpp"
+#include "ops/compare_pow.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/executor.hpp"
 
@@ -24,6 +25,36 @@ void cpu_binary(const BinaryArgs& a, int dtype) {
     for (std::int64_t i = 0; i < a.n; ++i) {
       a.calc.get(i, off);
       out[off[0]] = store_c<T>(binary_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]])));
+    }
+  });
+}
+
+void cpu_compare(const BinaryArgs& a, int dtype) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_type<T>;
+    auto* out = static_cast<bool*>(a.out);
+    auto* x = static_cast<const T*>(a.a);
+    auto* y = static_cast<const T*>(a.b);
+    std::int64_t off[3];
+    for (std::int64_t i = 0; i < a.n; ++i) {
+      if (a.contiguous) off[0] = off[1] = off[2] = i; else a.calc.get(i, off);
+      out[off[0]] = compare_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]]));
+    }
+  });
+}
+
+void cpu_pow(const BinaryArgs& a, int dtype) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_type<T>;
+    auto* out = static_cast<T*>(a.out);
+    auto* x = static_cast<const T*>(a.a);
+    auto* y = static_cast<const T*>(a.b);
+    std::int64_t off[3];
+    for (std::int64_t i = 0; i < a.n; ++i) {
+      if (a.contiguous) off[0] = off[1] = off[2] = i; else a.calc.get(i, off);
+      out[off[0]] = store_c<T>(pow_apply<C>(load_c(x[off[1]]), load_c(y[off[2]])));
     }
   });
 }

@@ -21,7 +21,8 @@ constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 
 
 // Kernel slots: one per (family, dtype[, src dtype]).
 constexpr int kTypes = 12;
-enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCastC, kFamilies };
+// kCastC stays last: it takes kTypes * kTypes slots (one per dtype pair).
+enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCompare, kPow, kCastC, kFamilies };
 constexpr int kSlots = kCastC * kTypes + kTypes * kTypes;
 constexpr int kMaxDevices = 64;
 
@@ -85,6 +86,18 @@ bool is_real(int code) { return code != kComplex64 && code != kComplex128; }
 void cuda_binary(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype) {
   auto f = kernel(device, KernelModule::ops, kBinary * kTypes + dtype,
                   [&] { return std::string("ck_binary_") + dtype_suffix(dtype); });
+  launch(device, s, f, a.n, a);
+}
+
+void cuda_compare(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype) {
+  auto f = kernel(device, KernelModule::ops, kCompare * kTypes + dtype,
+                  [&] { return std::string("ck_compare_") + dtype_suffix(dtype); });
+  launch(device, s, f, a.n, a);
+}
+
+void cuda_pow(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype) {
+  auto f = kernel(device, KernelModule::ops, kPow * kTypes + dtype,
+                  [&] { return std::string("ck_pow_") + dtype_suffix(dtype); });
   launch(device, s, f, a.n, a);
 }
 

@@ -35,6 +35,9 @@ OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& s
 
 // ---- CPU implementations (plain functions on host pointers) ----
 void cpu_binary(const BinaryArgs& a, int dtype);
+// Comparisons (a.op: CompareOp, bool output) and pow (a.op unused), src/ops/compare_pow.hpp.
+void cpu_compare(const BinaryArgs& a, int dtype);
+void cpu_pow(const BinaryArgs& a, int dtype);
 void cpu_unary(const UnaryArgs& a, int dtype);
 void cpu_cast(const CastArgs& a, int dst_dtype);
 void cpu_fill(const FillArgs& a, int elem_size);
@@ -49,6 +52,8 @@ void cpu_sample(const rng::SampleArgs& a);
 
 // ---- CUDA launchers (NotSupportedError when built without kernels) ----
 void cuda_binary(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype);
+void cuda_compare(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype);
+void cuda_pow(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype);
 void cuda_unary(int device, detail::StreamHandle s, const UnaryArgs& a, int dtype);
 void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst_dtype);
 void cuda_fill(int device, detail::StreamHandle s, const FillArgs& a, int elem_size);

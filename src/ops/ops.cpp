@@ -5,6 +5,7 @@
 
 #include "cudakit/error.hpp"
 #include "ops/blas.hpp"
+#include "ops/compare_pow.hpp"
 #include "ops/executor.hpp"
 
 namespace cudakit {
@@ -52,15 +53,25 @@ Tensor as_operand(const Tensor& t, const Device& d) {
   return t.to(d);
 }
 
-Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DType rt,
+// Which executor function a binary op runs: arithmetic (BinaryOp), a comparison
+// (CompareOp, bool output) or pow.
+enum class Family { arith, compare, pow };
+
+Tensor binary(const Tensor& a0, const Tensor& b0, Family fam, int op, const char* name, DType rt,
               Tensor* out_opt = nullptr) {
   Tensor a = as_operand(a0, b0.device()), b = as_operand(b0, a0.device());
   check_same_device(a, b, name);
-  if (op == kSub && a.dtype() == DType::bool_ && b.dtype() == DType::bool_)
+  if (fam == Family::arith && op == kSub && a.dtype() == DType::bool_ && b.dtype() == DType::bool_)
     throw ValueError("sub: subtraction with two bool tensors is not supported; use logical ops or cast to an integer dtype");
-  if (op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
+  if (fam == Family::arith && op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
+  if (fam == Family::compare && is_complex(rt) && op != kEq && op != kNe)
+    throw ValueError(std::string(name) + " is not supported for complex tensors (" + dtype_name(rt) +
+                     "): complex numbers have no order; compare .real/.abs() values instead");
+  if (fam == Family::pow && rt == DType::bool_)
+    throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
+  const DType out_t = fam == Family::compare ? DType::bool_ : rt;
   Shape shape = broadcast_shapes(a.sizes(), b.sizes());
-  Tensor out = out_opt ? *out_opt : empty(shape, TensorOptions{rt, a.device(), false});
+  Tensor out = out_opt ? *out_opt : empty(shape, TensorOptions{out_t, a.device(), false});
   if (out_opt && out.sizes() != shape)
     throw ValueError(std::string(name) + ": output shape " + shape_str(out.sizes()) +
                      " does not match broadcast shape " + shape_str(shape));
@@ -78,20 +89,43 @@ Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DTyp
   args.calc = make_calc<3>(shape, {&out.strides(), &ea.strides(), &eb.strides()});
   if (args.n == 0) return out;
   Device d = out.device();
+  const int c = code(rt);
   if (exec_for(d) == Exec::cuda) {
-    cuda_binary(d.index, stream_for(d), args, code(rt));
+    if (fam == Family::arith) cuda_binary(d.index, stream_for(d), args, c);
+    else if (fam == Family::compare) cuda_compare(d.index, stream_for(d), args, c);
+    else cuda_pow(d.index, stream_for(d), args, c);
   } else {
-    run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, rt] { cpu_binary(args, code(rt)); });
+    run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, fam, c] {
+      if (fam == Family::arith) cpu_binary(args, c);
+      else if (fam == Family::compare) cpu_compare(args, c);
+      else cpu_pow(args, c);
+    });
   }
   return out;
 }
 
+Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DType rt,
+              Tensor* out_opt = nullptr) {
+  return binary(a0, b0, Family::arith, op, name, rt, out_opt);
+}
+
 Tensor scalar_tensor(const Scalar& s, DType t, const Device& d) { return full({}, s, TensorOptions{t, d, false}); }
 
-Tensor binary_scalar(const Tensor& a, const Scalar& s, int op, const char* name, bool reverse) {
+Tensor binary_scalar(const Tensor& a, const Scalar& s, Family fam, int op, const char* name, bool reverse) {
   DType rt = result_type(a, s);
   Tensor st = scalar_tensor(s, rt, a.device());
-  return reverse ? binary(st, a, op, name, rt) : binary(a, st, op, name, rt);
+  return reverse ? binary(st, a, fam, op, name, rt) : binary(a, st, fam, op, name, rt);
+}
+
+Tensor binary_scalar(const Tensor& a, const Scalar& s, int op, const char* name, bool reverse) {
+  return binary_scalar(a, s, Family::arith, op, name, reverse);
+}
+
+Tensor compare(const Tensor& a, const Tensor& b, int op, const char* name) {
+  return binary(a, b, Family::compare, op, name, result_type(a, b));
+}
+Tensor compare(const Tensor& a, const Scalar& b, int op, const char* name) {
+  return binary_scalar(a, b, Family::compare, op, name, false);
 }
 
 Tensor unary(const Tensor& a, int op) {
@@ -155,6 +189,33 @@ Tensor mul(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kMul, 
 Tensor div(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kDiv, "div", false); }
 Tensor rsub(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kSub, "sub", true); }
 Tensor rdiv(const Tensor& a, const Scalar& b) { return binary_scalar(a, b, kDiv, "div", true); }
+Tensor eq(const Tensor& a, const Tensor& b) { return compare(a, b, kEq, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare(a, b, kNe, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare(a, b, kLt, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare(a, b, kLe, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare(a, b, kGt, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare(a, b, kGe, "ge"); }
+Tensor eq(const Tensor& a, const Scalar& b) { return compare(a, b, kEq, "eq"); }
+Tensor ne(const Tensor& a, const Scalar& b) { return compare(a, b, kNe, "ne"); }
+Tensor lt(const Tensor& a, const Scalar& b) { return compare(a, b, kLt, "lt"); }
+Tensor le(const Tensor& a, const Scalar& b) { return compare(a, b, kLe, "le"); }
+Tensor gt(const Tensor& a, const Scalar& b) { return compare(a, b, kGt, "gt"); }
+Tensor ge(const Tensor& a, const Scalar& b) { return compare(a, b, kGe, "ge"); }
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary(a, b, Family::pow, 0, "pow", result_type(a, b));
+}
+Tensor pow(const Tensor& a, const Scalar& exponent) {
+  if (is_integral(result_type(a, exponent), true) && exponent.kind == Scalar::Kind::integer && exponent.i < 0)
+    throw ValueError("pow: Integers to negative integer powers are not allowed (exponent " +
+                     std::to_string(exponent.i) + " on a " + dtype_name(a.dtype()) +
+                     " tensor); use a float exponent or cast the tensor to a float dtype");
+  return binary_scalar(a, exponent, Family::pow, 0, "pow", false);
+}
+Tensor pow(const Scalar& base, const Tensor& exponent) {
+  return binary_scalar(exponent, base, Family::pow, 0, "pow", true);
+}
+
 Tensor neg(const Tensor& a) { return unary(a, kNeg); }
 Tensor relu(const Tensor& a) { return unary(a, kRelu); }
 Tensor& add_(Tensor& a, const Tensor& b) { return inplace(a, b, kAdd, "add_"); }

@@ -91,6 +91,12 @@ float Event::elapsed_time(const Event& end) const {
   if (!handle_ || !end.handle_) {
     throw ValueError("elapsed_time: both events must be recorded before calculating elapsed time");
   }
+  if (device_ != end.device_) {
+    // CUDA cannot time across devices (the driver would fail with an invalid handle).
+    throw ValueError("elapsed_time: both events must be recorded on the same device, but this event "
+                     "is on cuda:" + std::to_string(device_) + " and end_event on cuda:" +
+                     std::to_string(end.device_));
+  }
   return detail::backend().event_elapsed_ms(handle_, end.handle_);
 }
 

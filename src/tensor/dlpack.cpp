@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "cudakit/error.hpp"
-#include "tensor/extent.hpp"
 
 namespace cudakit::dlpack {
 
@@ -98,20 +97,24 @@ Tensor import(M* m, std::function<void(std::function<void()>)> release) {
         throw ValueError("from_dlpack: unsupported device type " + std::to_string(d.device.device_type) +
                          " (cudakit accepts kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged)");
     }
-    if (d.ndim < 0) throw ValueError("from_dlpack: negative ndim");
+    if (d.ndim < 0) throw ValueError("from_dlpack: negative ndim " + std::to_string(d.ndim));
+    if (d.ndim > 0 && !d.shape) throw ValueError("from_dlpack: ndim is " + std::to_string(d.ndim) + " but shape is NULL");
     Shape sizes(d.shape, d.shape + d.ndim);
+    for (auto sz : sizes)
+      if (sz < 0) throw ValueError("from_dlpack: negative size " + std::to_string(sz) + " in shape " + shape_str(sizes));
     Shape strides = d.strides && d.ndim ? Shape(d.strides, d.strides + d.ndim) : contiguous_strides(sizes);
-    std::int64_t es = static_cast<std::int64_t>(element_size(dt));
-    if (static_cast<std::int64_t>(d.byte_offset) % es != 0)
-      throw ValueError("from_dlpack: byte_offset is not a multiple of the element size");
-    // The storage spans [lo, hi] elements around the data pointer (negative strides allowed).
-    const detail::StridedExtent ext = detail::strided_extent(sizes, strides);
-    const std::int64_t lo = ext.lo;
-    char* base = static_cast<char*>(d.data) + d.byte_offset + lo * es;
-    std::size_t nbytes = ext.nbytes(es);
-    auto storage = Storage::external(base, nbytes, dev, pinned, std::move(rel));
+    const std::uint64_t es = element_size(dt);
+    if (d.byte_offset % es != 0)
+      throw ValueError("from_dlpack: byte_offset " + std::to_string(d.byte_offset) +
+                       " is not a multiple of the element size " + std::to_string(es));
+    if (d.byte_offset > static_cast<std::uint64_t>(PTRDIFF_MAX))
+      throw ValueError("from_dlpack: byte_offset " + std::to_string(d.byte_offset) + " is out of range");
+    // Sizes, strides and byte size are checked by from_blob (huge strides are a ValueError,
+    // never a wrapped-around span); it owns `rel` from here, also when it throws.
+    void* first = static_cast<char*>(d.data) + d.byte_offset;
+    std::function<void()> owner = std::move(rel);
     rel = nullptr;
-    return Tensor(storage, dt, sizes, strides, -lo);
+    return from_blob(first, sizes, strides, dt, dev, pinned, std::move(owner));
   } catch (...) {
     if (rel) rel();
     throw;

@@ -81,16 +81,17 @@ Device Device::cuda(int index) { return Device{Type::cuda, resolve_device(index)
 Device Device::parse(std::string_view s) {
   if (s == "cpu") return cpu();
   if (s == "cuda") return cuda(kCurrentDevice);
-  if (s.substr(0, 5) == "cuda:" && s.size() > 5) {
+  if (s.substr(0, 5) == "cuda:" && s.size() > 5 && s.size() <= 5 + 9) {  // <= 9 digits: no overflow
     int v = 0;
+    bool digits = true;
     for (char ch : s.substr(5)) {
-      if (ch < '0' || ch > '9') v = -1000000;
-      v = v * 10 + (ch - '0');
+      if (ch < '0' || ch > '9') digits = false;
+      else v = v * 10 + (ch - '0');
     }
-    if (v >= 0) return cuda(v);
+    if (digits) return cuda(v);
   }
-  throw ValueError("invalid device string '" + std::string(s) +
-                   "': expected 'cpu', 'cuda' or 'cuda:N'");
+  throw ValueError("Invalid device string: '" + std::string(s) +
+                   "' (expected 'cpu', 'cuda' or 'cuda:N' with N a device index)");
 }
 
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }

@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
+#include "tensor/size_math.hpp"
 
 namespace cudakit {
 
@@ -65,7 +66,9 @@ Shape contiguous_strides(const Shape& sizes) {
   std::int64_t acc = 1;
   for (std::size_t i = sizes.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<std::int64_t>(sizes[i], 1);
+    // Zero-sized dims count as 1 (as torch), so a shape with a 0 can still overflow here.
+    if (__builtin_mul_overflow(acc, std::max<std::int64_t>(sizes[i], 1), &acc) && i > 0)
+      throw ValueError("shape " + shape_str(sizes) + " is too large: its strides overflow 64 bits");
   }
   return st;
 }
@@ -88,18 +91,20 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 
 Shape infer_size(const Shape& sizes, std::int64_t numel) {
   Shape r = sizes;
-  std::int64_t known = 1;
+  Shape known_dims;
   int infer = -1;
   for (std::size_t i = 0; i < r.size(); ++i) {
     if (r[i] == -1) {
       if (infer >= 0) throw ValueError("only one dimension can be inferred (-1) in shape " + shape_str(sizes));
       infer = static_cast<int>(i);
     } else if (r[i] < 0) {
-      throw ValueError("invalid shape " + shape_str(sizes) + ": negative size");
+      throw ValueError("invalid shape " + shape_str(sizes) + ": negative size " + std::to_string(r[i]) +
+                       " (only -1, meaning 'inferred', may be negative)");
     } else {
-      known *= r[i];
+      known_dims.push_back(r[i]);
     }
   }
+  const std::int64_t known = detail::checked_numel(known_dims, ("shape " + shape_str(sizes)).c_str());
   if (infer >= 0) {
     if (known == 0 || numel % known != 0)
       throw ValueError("shape " + shape_str(sizes) + " is invalid for input of size " + std::to_string(numel));
@@ -150,9 +155,25 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape
                std::int64_t storage_offset)
     : storage_(std::move(storage)), dtype_(dtype), sizes_(std::move(sizes)),
       strides_(std::move(strides)), offset_(storage_offset) {
-  if (sizes_.size() != strides_.size())
-    throw ValueError("sizes " + shape_str(sizes_) + " and strides " + shape_str(strides_) +
-                     " must have the same length");
+  // Every tensor passes here: its element count and byte size are representable and its
+  // elements lie inside its storage, so later arithmetic (numel(), nbytes(), kernels'
+  // offsets) cannot overflow or reach outside the allocation.
+  const Device dev = device();
+  const detail::StorageSpan sp = detail::checked_span(sizes_, strides_, dtype_, dev, "Tensor", /*allocation=*/false);
+  if (sp.empty()) return;
+  const auto es = static_cast<std::int64_t>(element_size());
+  std::int64_t all_bytes = 0;
+  if (__builtin_mul_overflow(sp.numel, es, &all_bytes))
+    throw ValueError("a view of shape " + shape_str(sizes_) + " of " + dtype_name(dtype_) + " would have " +
+                     std::to_string(sp.numel) + " elements of " + std::to_string(es) +
+                     " bytes: nbytes over 2**63-1 is not supported");
+  const std::int64_t cap = storage_ ? static_cast<std::int64_t>(storage_->nbytes()) / es : 0;
+  std::int64_t lo = 0, hi = 0;
+  if (__builtin_add_overflow(offset_, sp.lo, &lo) || __builtin_add_overflow(offset_, sp.hi, &hi) ||
+      lo < 0 || hi >= cap)
+    throw ValueError("view of sizes " + shape_str(sizes_) + " strides " + shape_str(strides_) +
+                     " offset " + std::to_string(offset_) + " is out of bounds for a storage of " +
+                     std::to_string(cap) + " elements");
 }
 
 static std::int64_t wrap_dim(std::int64_t d, std::int64_t ndim, bool allow_end = false) {
@@ -212,21 +233,9 @@ bool Tensor::is_non_overlapping_and_dense() const noexcept {
 
 Tensor Tensor::as_strided(Shape sizes, Shape strides, std::int64_t offset) const {
   if (!defined()) throw ValueError("as_strided on an undefined tensor");
-  if (sizes.size() != strides.size())
-    throw ValueError("as_strided: sizes " + shape_str(sizes) + " and strides " + shape_str(strides) + " differ in length");
-  // Bounds check so views never reach outside their storage.
-  std::int64_t lo = offset, hi = offset;
-  bool empty = false;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 0) throw ValueError("as_strided: negative size in " + shape_str(sizes));
-    if (sizes[i] == 0) empty = true;
-    if (strides[i] >= 0) hi += (sizes[i] - 1) * strides[i]; else lo += (sizes[i] - 1) * strides[i];
-  }
-  std::int64_t cap = static_cast<std::int64_t>(storage_->nbytes() / element_size());
-  if (!empty && (lo < 0 || hi >= cap))
-    throw ValueError("view of sizes " + shape_str(sizes) + " strides " + shape_str(strides) +
-                     " offset " + std::to_string(offset) + " is out of bounds for a storage of " +
-                     std::to_string(cap) + " elements");
+  // Sizes, overflow and bounds are checked by the constructor (views never reach outside
+  // their storage).
+  detail::checked_span(sizes, strides, dtype_, device(), "as_strided", /*allocation=*/false);
   return Tensor(storage_, dtype_, std::move(sizes), std::move(strides), offset);
 }
 
@@ -333,11 +342,16 @@ Tensor Tensor::expand(Shape sizes) const {
   Shape st(sizes.size(), 0);
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (i < lead) {
-      if (sizes[i] < 0) throw ValueError("expand: -1 not allowed for new leading dims");
+      if (sizes[i] < 0)
+        throw ValueError("expand: invalid size " + std::to_string(sizes[i]) + " for new leading dimension " +
+                         std::to_string(i) + " of " + shape_str(sizes) + " (-1 is only allowed for existing dims)");
       continue;
     }
     std::int64_t have = sizes_[i - lead];
     if (sizes[i] == -1) sizes[i] = have;
+    if (sizes[i] < 0)
+      throw ValueError("expand: invalid size " + std::to_string(sizes[i]) + " in " + shape_str(sizes) +
+                       " (sizes must be >= 0, or -1 to keep a dimension)");
     if (have == sizes[i]) st[i] = strides_[i - lead];
     else if (have == 1) st[i] = 0;
     else
@@ -346,6 +360,7 @@ Tensor Tensor::expand(Shape sizes) const {
                        ") at non-singleton dimension " + std::to_string(i) + ": cannot expand " +
                        shape_str(sizes_) + " to " + shape_str(sizes));
   }
+  detail::checked_numel(sizes, "expand");  // a broadcast view may not have > 2**63-1 elements
   return Tensor(storage_, dtype_, sizes, st, offset_);
 }
 
@@ -376,6 +391,9 @@ Tensor Tensor::pin_memory() const {
 
 void Tensor::record_stream(StreamRef stream) const {
   if (!is_cuda()) throw ValueError("record_stream() expects a device tensor; this one is on " + device().str());
+  if (stream.device() != device().index)
+    throw ValueError("record_stream(): the stream is on cuda:" + std::to_string(stream.device()) +
+                     " but the tensor is on " + device().str() + "; pass a stream of the tensor's device");
   if (storage_->is_external()) return;  // memory owned by another framework
   if (storage_->data()) cudakit::record_stream(storage_->data(), stream);
 }
@@ -391,18 +409,12 @@ Tensor empty(const Shape& sizes, const TensorOptions& o) {
 }
 
 Tensor empty_strided(const Shape& sizes, const Shape& strides, const TensorOptions& o) {
-  if (sizes.size() != strides.size()) throw ValueError("empty_strided: sizes and strides differ in length");
-  std::int64_t extent = 1;
-  bool zero = false;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 0) throw ValueError("negative dimension in shape " + shape_str(sizes));
-    if (strides[i] < 0) throw ValueError("empty_strided: negative stride");
-    if (sizes[i] == 0) zero = true;
-    extent += (sizes[i] - 1) * strides[i];
-  }
-  if (zero) extent = 0;
+  for (std::size_t i = 0; i < strides.size(); ++i)
+    if (strides[i] < 0)
+      throw ValueError("empty_strided: negative stride " + std::to_string(strides[i]) + " in " + shape_str(strides));
   if (o.device.is_cuda() && o.pinned) throw ValueError("pinned=True applies to host tensors only");
-  auto st = Storage::allocate(static_cast<std::size_t>(extent) * element_size(o.dtype), o.device, o.pinned);
+  const detail::StorageSpan sp = detail::checked_span(sizes, strides, o.dtype, o.device, "empty()");
+  auto st = Storage::allocate(sp.nbytes, o.device, o.pinned);
   return Tensor(st, o.dtype, sizes, strides, 0);
 }
 
@@ -418,34 +430,62 @@ Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions{t.dty
 Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions{t.dtype(), t.device(), t.is_pinned()}); }
 
 Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::optional<Shape> strides) {
-  Shape st = strides ? *strides : contiguous_strides(sizes);
-  std::int64_t extent = 1;
-  for (std::size_t i = 0; i < sizes.size(); ++i) extent += (sizes[i] - 1) * st[i];
-  auto s = Storage::external(data, static_cast<std::size_t>(std::max<std::int64_t>(extent, 0)) * element_size(dtype),
-                             Device::cpu(), false, [] {});
-  return Tensor(s, dtype, sizes, st, 0);
+  return from_blob(data, sizes, strides ? *strides : contiguous_strides(sizes), dtype, Device::cpu(),
+                   false, nullptr);
+}
+
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, DType dtype, Device device,
+                 bool pinned, std::function<void()> release) {
+  try {
+    const detail::StorageSpan sp = detail::checked_span(sizes, strides, dtype, device, "from_blob", /*allocation=*/false);
+    // The storage starts at the lowest element reached (negative strides point below data).
+    const auto es = static_cast<std::int64_t>(element_size(dtype));
+    char* base = static_cast<char*>(data) + (sp.empty() ? 0 : sp.lo * es);
+    auto s = Storage::external(sp.empty() ? data : base, sp.nbytes, device, pinned,
+                               release ? release : std::function<void()>([] {}));
+    release = nullptr;  // the storage owns it now
+    return Tensor(s, dtype, sizes, strides, sp.empty() ? 0 : -sp.lo);
+  } catch (...) {
+    if (release) release();
+    throw;
+  }
 }
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const TensorOptions& o) {
+  const bool integral_args = start.kind != Scalar::Kind::floating && end.kind != Scalar::Kind::floating &&
+                             step.kind != Scalar::Kind::floating;
+  if (!integral_args && !(std::isfinite(start.d) && std::isfinite(end.d) && std::isfinite(step.d)))
+    throw ValueError("arange: start, end and step must be finite, got start=" + std::to_string(start.d) +
+                     " end=" + std::to_string(end.d) + " step=" + std::to_string(step.d));
   if (step.d == 0) throw ValueError("arange: step must be nonzero");
-  double n = std::ceil((end.d - start.d) / step.d);
-  if ((end.kind == Scalar::Kind::integer || end.kind == Scalar::Kind::boolean) &&
-      start.kind != Scalar::Kind::floating && step.kind != Scalar::Kind::floating) {
-    std::int64_t a = start.i, b = end.i, s = step.i;
-    n = s > 0 ? static_cast<double>((b - a + s - 1) / s) : static_cast<double>((a - b + (-s) - 1) / (-s));
+  if ((end.d - start.d) / step.d < 0 && end.d != start.d)
+    throw ValueError("arange: upper bound and larger bound inconsistent with step sign (start=" +
+                     std::to_string(start.d) + ", end=" + std::to_string(end.d) + ", step=" +
+                     std::to_string(step.d) + ")");
+  // Element count, exact for integers (128-bit: end - start may not fit 64 bits).
+  long double n = 0;
+  if (integral_args) {
+    __int128 a = start.i, b = end.i, s = step.i;
+    n = static_cast<long double>(s > 0 ? (b - a + s - 1) / s : (a - b - s - 1) / -s);
+  } else {
+    n = std::ceil(static_cast<long double>(end.d - start.d) / static_cast<long double>(step.d));
   }
   if (n < 0) n = 0;
-  auto count = static_cast<std::int64_t>(n);
-  // Values are produced on the host (exactly, in the target dtype) and copied over.
-  Tensor h = empty({count}, TensorOptions{DType::float64, Device::cpu()});
-  Tensor hi = empty({count}, TensorOptions{DType::int64, Device::cpu()});
-  bool integral = is_integral(o.dtype, true);
+  if (n > static_cast<long double>(INT64_MAX))
+    throw ValueError("arange: [" + std::to_string(start.d) + ", " + std::to_string(end.d) + ") with step " +
+                     std::to_string(step.d) + " has more than 2**63-1 elements");
+  const auto count = static_cast<std::int64_t>(n);
+  // The result first: an impossible size fails before any staging memory is taken.
+  Tensor r = empty({count}, o);
+  // Values are produced on the host, exactly, in int64 or float64, then cast by the copy.
+  const bool integral = is_integral(o.dtype, true);
+  Tensor h = empty({count}, TensorOptions{integral ? DType::int64 : DType::float64, Device::cpu()});
   for (std::int64_t k = 0; k < count; ++k) {
-    if (integral) hi.data<std::int64_t>()[k] = start.i + k * step.i;
+    if (integral) h.data<std::int64_t>()[k] = static_cast<std::int64_t>(
+                      static_cast<std::uint64_t>(start.i) + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(step.i));
     else h.data<double>()[k] = start.d + static_cast<double>(k) * step.d;
   }
-  Tensor r = empty({count}, o);
-  r.copy_(integral ? hi : h);
+  r.copy_(h);
   return r;
 }
 
