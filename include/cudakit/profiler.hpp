@@ -19,6 +19,15 @@ namespace cudakit::profiler {
 void start();
 void stop();
 
+// What start()/stop() have done in this process: whether profiling is on (the last call that
+// reached the backend was start()), and how many calls reached it. Counted above the seam, so
+// it reads the same on both backends; a call that threw is not counted.
+struct State {
+  bool active = false;
+  unsigned long long starts = 0, stops = 0;
+};
+State state() noexcept;
+
 // torch.cuda.profiler.profile() for C++: start() on construction, stop() on destruction.
 // The constructor throws what start() throws; the destructor never throws (a failing stop()
 // is ignored, as nothing can be reported from a destructor).

@@ -4,7 +4,7 @@
 Nsight Systems (``nsys profile --capture-range=cudaProfilerApi``) and Nsight Compute
 (``ncu --profile-from-start off``); without such a tool they have no visible effect. They act
 on the calling thread's current device (device 0 on a thread that has not chosen one). On the
-emulated backend they record the state (``_C._profiler_emulated_state()``).
+emulated backend they record the state; ``_C._profiler_state()`` reports what start/stop did.
 """
 from __future__ import annotations
 

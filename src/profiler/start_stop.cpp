@@ -1,12 +1,31 @@
 // profiler::start/stop: thin forwards to the backend seam (cuProfilerStart/Stop on cuda).
+#include <atomic>
+
 #include "backend/backend.hpp"
 #include "cudakit/profiler.hpp"
 
 namespace cudakit::profiler {
+namespace {
+std::atomic<bool> g_active{false};
+std::atomic<unsigned long long> g_starts{0}, g_stops{0};
+}  // namespace
 
-void start() { detail::backend().profiler_start(); }
+void start() {
+  detail::backend().profiler_start();
+  g_starts.fetch_add(1, std::memory_order_relaxed);
+  g_active.store(true, std::memory_order_release);
+}
 
-void stop() { detail::backend().profiler_stop(); }
+void stop() {
+  detail::backend().profiler_stop();
+  g_stops.fetch_add(1, std::memory_order_relaxed);
+  g_active.store(false, std::memory_order_release);
+}
+
+State state() noexcept {
+  return {g_active.load(std::memory_order_acquire), g_starts.load(std::memory_order_relaxed),
+          g_stops.load(std::memory_order_relaxed)};
+}
 
 ProfileGuard::~ProfileGuard() {
   // No CUDA calls during process exit (a guard in a static object).
