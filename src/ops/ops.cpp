@@ -81,7 +81,8 @@ Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DTyp
   if (exec_for(d) == Exec::cuda) {
     cuda_binary(d.index, stream_for(d), args, code(rt));
   } else {
-    run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, rt] { cpu_binary(args, code(rt)); });
+    run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, rt] { cpu_binary(args, code(rt)); },
+            "ck_binary");
   }
   return out;
 }
@@ -111,7 +112,7 @@ Tensor unary(const Tensor& a, int op) {
   Device d = a.device();
   DType t = a.dtype();
   if (exec_for(d) == Exec::cuda) cuda_unary(d.index, stream_for(d), args, code(t));
-  else run_cpu(d, {out.storage(), a.storage()}, [args, t] { cpu_unary(args, code(t)); });
+  else run_cpu(d, {out.storage(), a.storage()}, [args, t] { cpu_unary(args, code(t)); }, "ck_unary");
   return out;
 }
 
@@ -183,7 +184,8 @@ Tensor sum(const Tensor& a) {
   Device d = a.device();
   DType it = a.dtype();
   if (exec_for(d) == Exec::cuda) cuda_sum(d.index, stream_for(d), in, calc, n, code(it), o, code(ot));
-  else run_cpu(d, {out.storage(), a.storage()}, [=] { cpu_sum(in, calc, n, code(it), o, code(ot)); });
+  else run_cpu(d, {out.storage(), a.storage()}, [=] { cpu_sum(in, calc, n, code(it), o, code(ot)); },
+                 "ck_sum");
   return out;
 }
 
@@ -222,7 +224,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     void* C = out.data_ptr();
     auto sa0 = a.stride(0), sa1 = a.stride(1), sb0 = b.stride(0), sb1 = b.stride(1);
     run_cpu(d, {out.storage(), a.storage(), b.storage()},
-            [=] { cpu_matmul(A, sa0, sa1, B, sb0, sb1, C, m, n, k, code(t)); });
+            [=] { cpu_matmul(A, sa0, sa1, B, sb0, sb1, C, m, n, k, code(t)); }, "ck_matmul");
   }
   if (a0.dim() == 1 && b0.dim() == 1) return out.view({});
   if (a0.dim() == 1) return out.view({n});
