@@ -37,6 +37,7 @@ zeros_like = _C.zeros_like
 asarray = _C.asarray
 from_dlpack = _C.from_dlpack
 matmul = _C.matmul
+relu = _C.relu
 promote_types = _C.promote_types
 result_type = _C.result_type
 matmul_allow_tf32 = _C.matmul_allow_tf32
@@ -54,6 +55,6 @@ for _n in _DTYPE_NAMES:
 del _n
 
 __all__ = ["Tensor", "dtype", "empty", "zeros", "ones", "full", "arange", "empty_like",
-           "zeros_like", "asarray", "from_dlpack", "matmul", "promote_types", "result_type",
+           "zeros_like", "asarray", "from_dlpack", "matmul", "relu", "promote_types", "result_type",
            "matmul_allow_tf32", "set_matmul_allow_tf32", "rand", "randn", "randint",
            "Generator", *_DTYPE_NAMES]
