@@ -148,6 +148,7 @@ MarkKernels::MarkKernels(std::string name)
 MarkKernels::MarkKernels(Annotation annotation) {
   if (!any_recorder()) return;  // nothing records: a no-op without touching the device
   StreamRef s = current_stream();
+  if (s.is_default()) return;  // never captures (and is not asked: see is_current_stream_capturing)
   std::uint64_t capture_id = 0;
   auto& be = detail::backend();
   if (be.stream_capture_status(s.handle(), &capture_id) != detail::CaptureStatus::active) return;

@@ -221,6 +221,9 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
       }
     }
   }
+  // Before capturing: on a cuda driver without tools-id entry points this loads CUPTI (once),
+  // so it is in the process before the graph's nodes are created.
+  const bool tools_ids = b.graph_tools_ids_available();
   try {
     b.stream_begin_capture(stream.handle(), static_cast<detail::CaptureMode>(mode));
   } catch (...) {
@@ -231,10 +234,19 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   try {
     b.stream_capture_status(stream.handle(), &id);
     // Every stream of this capture (forked ones too) allocates from the graph's pool.
+    // The filter runs on every allocation of the device while the route exists, from any
+    // thread. The legacy default stream never captures, and asking the driver about it while
+    // a blocking stream captures is an error (CAPTURE_IMPLICIT), so it is not asked.
     begin_allocate_to_pool(device, pool_id, [id](detail::StreamHandle st) {
+      if (st == nullptr) return false;
       std::uint64_t cid = 0;
-      return detail::backend().stream_capture_status(st, &cid) == detail::CaptureStatus::active &&
-             cid == id;
+      try {
+        return detail::backend().stream_capture_status(st, &cid) ==
+                   detail::CaptureStatus::active &&
+               cid == id;
+      } catch (...) {
+        return false;
+      }
     });
   } catch (...) {
     try {
@@ -255,7 +267,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   s.capturing = true;
   s.capture_ended = false;
   s.cycle_captured = true;
-  if (enable_annotations && b.graph_tools_ids_available()) {
+  if (enable_annotations && tools_ids) {
     s.recorder = std::make_shared<graphs_detail::Recorder>();
     graphs_detail::register_recorder(id, s.recorder);
   }

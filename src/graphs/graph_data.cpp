@@ -87,6 +87,12 @@ std::shared_ptr<const GraphData> CUDAGraph::get_graph_data() const {
     d.index = i;
     const char* type = node_type_name(n);
     d.node_type = type ? type : n.label;
+    if (n.tools_id == 0) {
+      throw AcceleratorError(errc::unknown, "CUDA_ERROR_UNKNOWN",
+                             "get_graph_data: the " + std::string(b.name()) +
+                                 " backend returned no tools id for node " + std::to_string(i) +
+                                 " (cuGraphNodeGetToolsId / cuptiGetGraphNodeId failed)");
+    }
     d.node_id = static_cast<std::uint32_t>(n.tools_id & 0xFFFFFFFFull);
     d.graph_id = exec_id;
     d.tools_id = (static_cast<std::uint64_t>(exec_id) << 32) | d.node_id;

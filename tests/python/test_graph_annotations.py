@@ -17,6 +17,14 @@ def ga(ck):
     ga.clear_kernel_annotations()
 
 
+@pytest.mark.gpu
+def test_available_on_the_gpu_driver(ck):
+    # The H200 runs a CUDA 13.0 driver: ids come from CUPTI there (torch records nothing).
+    # If this fails, CUPTI was not found: set CUDAKIT_CUPTI_PATH to libcupti.so.
+    import cudakit.graph_annotations as ga
+    assert ga.is_available(), f"driver {ck.driver_version()}: no tools ids (CUPTI missing?)"
+
+
 def test_is_available_on_this_project(ck):
     import cudakit.graph_annotations as ga
     if ck.backend_name() == "emulated":

@@ -78,7 +78,8 @@ ToolsSource tools_source(const EntryPoints& t) {
   return cupti().available ? ToolsSource::cupti : ToolsSource::none;
 }
 
-// (graph id << 32) | node id of a template node, or 0 when unavailable.
+// (graph id << 32) | node id of a template node, or 0 when unavailable or the source failed
+// (get_graph_data reports a 0 as an error; annotations skip such nodes).
 std::uint64_t tools_id_of(const EntryPoints& t, ToolsSource src, CUgraphNode node) {
   if (src == ToolsSource::driver) {
     unsigned long long id = 0;
