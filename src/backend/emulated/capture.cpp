@@ -169,6 +169,7 @@ void EmulatedBackend::check_sync_during_capture(Stream& s, const char* what) {
 
 bool EmulatedBackend::capture_record(Event& ev, Stream& s) {
   if (!s.capturing.load(std::memory_order_acquire)) return false;
+  std::shared_ptr<CaptureSession> old_capture;  // released after the locks (see below)
   std::lock_guard lock(capture_mu_);
   if (!s.cap) return false;
   if (s.cap->invalidated) {
@@ -179,7 +180,7 @@ bool EmulatedBackend::capture_record(Event& ev, Stream& s) {
   ev.stream.reset();
   ev.slot.reset();
   ev.seq = 0;
-  ev.captured = s.cap;
+  old_capture = std::exchange(ev.captured, s.cap);
   ev.captured_nodes = s.cap_tail;
   return true;
 }
@@ -270,11 +271,16 @@ void EmulatedBackend::stream_begin_capture(StreamHandle h, CaptureMode mode) {
 
 GraphHandle EmulatedBackend::stream_end_capture(StreamHandle h) {
   Stream* s = resolve(h);
+  // Keeps the session (and a failed capture's graph) alive until capture_mu_ is released:
+  // destroying the graph runs its tasks' destructors, which may free device memory through
+  // the caching allocator, whose pool filters ask for capture status (capture_mu_).
+  std::shared_ptr<CaptureSession> keep;
   std::lock_guard lock(capture_mu_);
   if (!s->cap) {
     fail(errc::stream_capture_unmatched,
          "stream_end_capture: the stream is not capturing (call stream_begin_capture first)");
   }
+  keep = s->cap;
   std::shared_ptr<CaptureSession> c = s->cap;
   if (c->origin != s) {
     invalidate_locked(*c);

@@ -15,7 +15,10 @@
 // the pair (stream, n) of its latest record; waits and the legacy-default-stream barriers
 // are dependencies (stream, n) attached to an op, which the worker waits on before running.
 //
-// Lock order: capture_mu_ → Device::mu → Stream::mu. Event::mu is a leaf. Workers never
+// Lock order: capture_mu_ → Device::mu → Stream::mu. Event::mu is a leaf. The caching
+// allocator's locks come before capture_mu_ and Event::mu (its graph-pool filters ask for
+// capture status; it records and queries events), so the last reference to a CaptureSession
+// or GraphData (whose tasks may own device tensors) is never dropped under those locks. Workers never
 // hold one stream's mutex while waiting on another stream.
 #pragma once
 
