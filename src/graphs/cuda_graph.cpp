@@ -458,11 +458,11 @@ void CUDAGraph::replay() {
   Impl& s = *impl_;
   if (s.exec == nullptr) [[unlikely]] {
     if (s.capturing) throw Error("replay: the graph is still capturing (call capture_end first)");
-    if (!(s.keep_graph && s.graph != nullptr)) {
+    if (s.graph == nullptr) {
       throw Error("replay: nothing to replay: capture a graph first (replay() was called before "
                   "a successful capture, or after reset())");
     }
-    instantiate();  // keep_graph: instantiated on first replay, as torch
+    instantiate();  // keep_graph (or a capture_end cut short by a hook): on first replay, as torch
   }
   if (replay_hooks_registered(s)) [[unlikely]] {
     replay_with_hooks();
