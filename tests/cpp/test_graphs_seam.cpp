@@ -162,3 +162,21 @@ TEST(GraphSeam, DotVerboseFlag) {
   std::remove(b);
   B().graph_destroy(g);
 }
+
+#ifdef CUDAKIT_WITH_CUDA
+// The CUPTI loader on its own (no driver needed): finds the toolkit's libcupti when there is
+// one, resolves the three id functions, and they reject a null handle without crashing.
+TEST(GraphSeam, CuptiLoader) {
+  const auto& c = cd::cuda::cupti();
+  if (!c.available) GTEST_SKIP() << c.reason;
+  EXPECT_FALSE(c.path.empty());
+  ASSERT_NE(c.get_graph_node_id, nullptr);
+  ASSERT_NE(c.get_graph_exec_id, nullptr);
+  ASSERT_NE(c.get_graph_id, nullptr);
+  std::uint64_t node = 0;
+  std::uint32_t id = 0;
+  EXPECT_NE(c.get_graph_node_id(nullptr, &node), 0);  // CUPTI_ERROR_INVALID_PARAMETER
+  EXPECT_NE(c.get_graph_exec_id(nullptr, &id), 0);
+  EXPECT_NE(c.get_graph_id(nullptr, &id), 0);
+}
+#endif
