@@ -59,6 +59,8 @@ sanitize() {
 # Tests built and run under the sanitizers in CI, one per line (so parallel work merges).
 TSAN_TESTS=(
   test_emulated_backend
+  test_graphs
+  test_graphs_hooks
   test_memory_fuzz
   test_memory_history
   test_memory_threads
@@ -66,6 +68,10 @@ TSAN_TESTS=(
   test_streams
 )
 ASAN_TESTS=(
+  test_graphs
+  test_graphs_annotations
+  test_graphs_hooks
+  test_graphs_seam
   test_memory_allocator
   test_memory_free_index
   test_memory_fuzz

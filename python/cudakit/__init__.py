@@ -75,5 +75,13 @@ from .random import (  # noqa: E402,F401
 from . import nvtx, profiler  # noqa: E402,F401  (cudakit.nvtx.*, cudakit.profiler.*, as torch.cuda)
 # Arrays and built-in ops (dtype names such as cudakit.float32 / cudakit.bool, as torch).
 from .tensor import *  # noqa: E402,F401,F403
+# CUDA graphs (torch.cuda re-exports these names from torch.cuda.graphs).
+from . import graphs  # noqa: E402,F401
+from .graphs import (  # noqa: E402,F401
+    CUDAGraph, export_dot, export_graph_data, graph, is_current_stream_capturing,
+    make_graphed_callables,
+)
+from . import graph_annotations  # noqa: E402,F401
+from . import _graph_annotations  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -48,6 +48,7 @@ asarray = _C.asarray
 pow = _C.pow
 from_dlpack = _C.from_dlpack
 matmul = _C.matmul
+relu = _C.relu
 promote_types = _C.promote_types
 result_type = _C.result_type
 matmul_allow_tf32 = _C.matmul_allow_tf32
@@ -65,7 +66,7 @@ for _n in _DTYPE_NAMES:
 del _n
 
 __all__ = ["Tensor", "dtype", "empty", "zeros", "ones", "full", "arange", "empty_like",
-           "zeros_like", "ones_like", "asarray", "from_dlpack", "matmul", "pow", "promote_types",
+           "zeros_like", "ones_like", "asarray", "from_dlpack", "matmul", "relu", "pow", "promote_types",
            "result_type", "matmul_allow_tf32", "set_matmul_allow_tf32", "rand", "randn",
            "randint", "Generator", *_DTYPE_NAMES]
 

@@ -74,6 +74,13 @@ struct GraphNodeInfo {
   std::uint64_t id = 0;       // stable within the graph (tools id on cuda if available)
   GraphNodeType type = GraphNodeType::other;
   std::string label;          // kernel name / "host" / ...
+  // Id profilers report for the node: (graph id << 32) | node id, the layout of CUPTI's
+  // graphNodeId and cuGraphNodeGetToolsId. 0 when the backend cannot tell (see
+  // graph_tools_ids_available). The graph id is the template's; after instantiation the
+  // executed node carries the exec graph's id in the upper half (graph_exec_id).
+  std::uint64_t tools_id = 0;
+  std::uintptr_t event = 0;    // event_record / wait_event nodes: the event handle
+  std::uintptr_t host_fn = 0;  // host nodes: address of the function the node calls
 };
 
 struct GraphEdge {
@@ -149,6 +156,13 @@ class Backend {
   virtual int stream_device(StreamHandle s) = 0;  // device a (possibly foreign) stream is on
   // Runs `task` on the host once all prior work in `s` is done; later work in `s` waits.
   virtual void launch_host_task(StreamHandle s, HostTask task) = 0;
+  // A host task that stands for a device kernel named `kernel_name` (the emulated backend
+  // runs built-in ops on the host): the emulated backend captures it as a kernel node, so
+  // graph inspection and kernel annotations see the same node kinds on both backends.
+  // `kernel_name` must outlive the call (a string literal). Default: launch_host_task.
+  virtual void launch_host_kernel(StreamHandle s, const char* kernel_name, HostTask task) {
+    launch_host_task(s, std::move(task));
+  }
 
   // ---- events ----
   virtual EventHandle event_create(int device, unsigned flags) = 0;
@@ -182,7 +196,24 @@ class Backend {
   virtual void graph_exec_destroy(GraphExecHandle g) = 0;
   virtual std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) = 0;
   virtual std::vector<GraphEdge> graph_edges(GraphHandle g) = 0;
-  virtual void graph_debug_dot_print(GraphHandle g, const std::string& path) = 0;
+  // Graphviz DOT of the graph; `verbose` adds node parameters (CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE).
+  virtual void graph_debug_dot_print(GraphHandle g, const std::string& path,
+                                     bool verbose = true) = 0;
+  // True when graph_nodes() fills tools_id and graph_exec_id() works (cuda: a 13.1+ driver's
+  // cuGraphNodeGetToolsId/cuGraphExecGetId, or CUPTI's cuptiGetGraphNodeId/GraphExecId,
+  // loaded on first call; emulated: always). Never throws.
+  virtual bool graph_tools_ids_available() noexcept = 0;
+  // Id of an executable graph as profilers report it (upper half of its nodes' tools ids).
+  // Throws NotSupportedError when !graph_tools_ids_available().
+  virtual std::uint32_t graph_exec_id(GraphExecHandle g) = 0;
+  // Number of nodes in the graph being captured on `s` (all streams of the capture), 0 when
+  // `s` is not capturing. Kernel annotations diff it around a scope.
+  virtual std::size_t stream_capture_node_count(StreamHandle s) = 0;
+  // Sets the calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode)
+  // and returns the previous one. While another capture is live, "potentially unsafe" calls
+  // (mem_alloc) fail in global mode; relaxed lets the caching allocator grow a graph's
+  // private pool during capture (ThreadCaptureModeGuard).
+  virtual CaptureMode thread_exchange_capture_mode(CaptureMode mode) = 0;
 
   // ---- profiler control (cuProfilerStart/Stop: the capture-range hooks of Nsight Systems
   // and Nsight Compute) ----
@@ -190,6 +221,26 @@ class Backend {
   // Idempotent, as the driver's. The emulated backend records the state (test-visible).
   virtual void profiler_start() = 0;
   virtual void profiler_stop() = 0;
+};
+
+// RAII: the calling thread's capture mode is `mode` in this scope (used around the caching
+// allocator's segment allocations for graph pools, as torch's CUDAStreamCaptureModeGuard).
+class ThreadCaptureModeGuard {
+ public:
+  ThreadCaptureModeGuard(Backend& b, CaptureMode mode)
+      : backend_(b), previous_(b.thread_exchange_capture_mode(mode)) {}
+  ~ThreadCaptureModeGuard() {
+    try {
+      backend_.thread_exchange_capture_mode(previous_);
+    } catch (...) {  // destructors never throw
+    }
+  }
+  ThreadCaptureModeGuard(const ThreadCaptureModeGuard&) = delete;
+  ThreadCaptureModeGuard& operator=(const ThreadCaptureModeGuard&) = delete;
+
+ private:
+  Backend& backend_;
+  CaptureMode previous_;
 };
 
 // The process's backend, created on first use from CUDAKIT_BACKEND. Never throws for an

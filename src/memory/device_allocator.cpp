@@ -159,8 +159,17 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t size, std::si
                                       detail::StreamHandle stream) {
   if (would_exceed_limit(alloc_size)) return nullptr;
   PluggedAllocator* source = pool.owner ? pool.owner->source.get() : nullptr;
-  void* p = source ? source->allocate(alloc_size, device_, stream)
-                   : backend_.mem_alloc(device_, alloc_size);
+  void* p = nullptr;
+  if (pool.owner) {
+    // Private pools (graph capture, MemPool) may grow while a capture is live: relaxed mode
+    // allows the device allocation on this thread, as torch's cudaMallocMaybeCapturing. Safe:
+    // the segment is never freed while a graph may still replay into it.
+    detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
+    p = source ? source->allocate(alloc_size, device_, stream)
+               : backend_.mem_alloc(device_, alloc_size);
+  } else {
+    p = backend_.mem_alloc(device_, alloc_size);
+  }
   if (!p) return nullptr;
   ++stats_.num_device_alloc;
   Block* b = new_block();

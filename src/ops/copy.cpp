@@ -23,7 +23,7 @@ void cast_copy(const Tensor& dst, const Tensor& src) {
   Device d = dst.device();
   int dc = code(dst.dtype());
   if (exec_for(d) == Exec::cuda) cuda_cast(d.index, stream_for(d), args, dc);
-  else run_cpu(d, {dst.storage(), src.storage()}, [args, dc] { cpu_cast(args, dc); });
+  else run_cpu(d, {dst.storage(), src.storage()}, [args, dc] { cpu_cast(args, dc); }, "ck_cast");
 }
 
 // Both dense with identical layout: one memcpy moves everything.
@@ -138,7 +138,7 @@ Tensor& Tensor::fill_(const Scalar& value) {
   Device d = device();
   int es = static_cast<int>(element_size());
   if (exec_for(d) == Exec::cuda) cuda_fill(d.index, stream_for(d), args, es);
-  else run_cpu(d, {storage_}, [args, es] { cpu_fill(args, es); });
+  else run_cpu(d, {storage_}, [args, es] { cpu_fill(args, es); }, "ck_fill");
   return *this;
 }
 

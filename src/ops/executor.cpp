@@ -17,12 +17,14 @@ Exec exec_for(const Device& d) {
 
 detail::StreamHandle stream_for(const Device& d) { return current_stream(d.index).handle(); }
 
-void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn) {
+void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn,
+             const char* kernel) {
   if (d.is_cpu()) {
     fn();
     return;
   }
-  detail::backend().launch_host_task(stream_for(d), [keep = std::move(keep), fn = std::move(fn)] { fn(); });
+  detail::backend().launch_host_kernel(stream_for(d), kernel,
+                                       [keep = std::move(keep), fn = std::move(fn)] { fn(); });
 }
 
 template <int N>

@@ -25,8 +25,10 @@ detail::StreamHandle stream_for(const Device& d);  // current stream of a device
 inline int code(DType t) { return static_cast<int>(t); }
 
 // Runs `fn` for device `d`: inline (host), or as a host task on d's current stream that
-// keeps `keep` alive until it has run.
-void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn);
+// keeps `keep` alive until it has run. On the emulated device the task stands for a kernel
+// named `kernel` (a string literal): graph capture records it as a kernel node.
+void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn,
+             const char* kernel = "ck_host_op");
 
 // Collapses (sizes, strides of N operands) into at most 8 dims, innermost first. Throws
 // NotSupportedError if more than 8 non-mergeable dims remain.

@@ -95,11 +95,12 @@ Tensor binary(const Tensor& a0, const Tensor& b0, Family fam, int op, const char
     else if (fam == Family::compare) cuda_compare(d.index, stream_for(d), args, c);
     else cuda_pow(d.index, stream_for(d), args, c);
   } else {
+    static constexpr const char* kNames[] = {"ck_binary", "ck_compare", "ck_pow"};
     run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, fam, c] {
       if (fam == Family::arith) cpu_binary(args, c);
       else if (fam == Family::compare) cpu_compare(args, c);
       else cpu_pow(args, c);
-    });
+    }, kNames[fam == Family::arith ? 0 : fam == Family::compare ? 1 : 2]);
   }
   return out;
 }
@@ -145,7 +146,7 @@ Tensor unary(const Tensor& a, int op) {
   Device d = a.device();
   DType t = a.dtype();
   if (exec_for(d) == Exec::cuda) cuda_unary(d.index, stream_for(d), args, code(t));
-  else run_cpu(d, {out.storage(), a.storage()}, [args, t] { cpu_unary(args, code(t)); });
+  else run_cpu(d, {out.storage(), a.storage()}, [args, t] { cpu_unary(args, code(t)); }, "ck_unary");
   return out;
 }
 
@@ -244,7 +245,8 @@ Tensor sum(const Tensor& a) {
   Device d = a.device();
   DType it = a.dtype();
   if (exec_for(d) == Exec::cuda) cuda_sum(d.index, stream_for(d), in, calc, n, code(it), o, code(ot));
-  else run_cpu(d, {out.storage(), a.storage()}, [=] { cpu_sum(in, calc, n, code(it), o, code(ot)); });
+  else run_cpu(d, {out.storage(), a.storage()}, [=] { cpu_sum(in, calc, n, code(it), o, code(ot)); },
+                 "ck_sum");
   return out;
 }
 
@@ -283,7 +285,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     void* C = out.data_ptr();
     auto sa0 = a.stride(0), sa1 = a.stride(1), sb0 = b.stride(0), sb1 = b.stride(1);
     run_cpu(d, {out.storage(), a.storage(), b.storage()},
-            [=] { cpu_matmul(A, sa0, sa1, B, sb0, sb1, C, m, n, k, code(t)); });
+            [=] { cpu_matmul(A, sa0, sa1, B, sb0, sb1, C, m, n, k, code(t)); }, "ck_matmul");
   }
   if (a0.dim() == 1 && b0.dim() == 1) return out.view({});
   if (a0.dim() == 1) return out.view({n});

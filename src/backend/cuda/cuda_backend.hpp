@@ -122,7 +122,11 @@ class CudaBackend final : public Backend {
   void graph_exec_destroy(GraphExecHandle g) override;
   std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) override;
   std::vector<GraphEdge> graph_edges(GraphHandle g) override;
-  void graph_debug_dot_print(GraphHandle g, const std::string& path) override;
+  void graph_debug_dot_print(GraphHandle g, const std::string& path, bool verbose) override;
+  bool graph_tools_ids_available() noexcept override;
+  std::uint32_t graph_exec_id(GraphExecHandle g) override;
+  std::size_t stream_capture_node_count(StreamHandle s) override;
+  CaptureMode thread_exchange_capture_mode(CaptureMode mode) override;
 
   // ---- profiler control (cuda_profiler.cpp) ----
   void profiler_start() override;

@@ -1,7 +1,13 @@
 // CudaBackend: stream capture, graph instantiation/launch and graph introspection.
+//
+// Tools ids (what profilers call a node's "graph node id"): a 13.1+ driver's
+// cuGraphNodeGetToolsId / cuGraphExecGetId when it has both, otherwise CUPTI's
+// cuptiGetGraphNodeId / cuptiGetGraphExecId (cupti.hpp). Node and exec ids always come from
+// the same source, so the remapped id (exec id << 32 | node id) is consistent.
 #include <unordered_map>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/cupti.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::detail::cuda {
@@ -63,6 +69,27 @@ std::string kernel_label(const EntryPoints& t, CUgraphNode node) {
     t.cuKernelGetName(&name, params.kern);
   }
   return name ? std::string(name) : std::string("kernel");
+}
+
+enum class ToolsSource { none, driver, cupti };
+
+ToolsSource tools_source(const EntryPoints& t) {
+  if (t.cuGraphNodeGetToolsId && t.cuGraphExecGetId) return ToolsSource::driver;
+  return cupti().available ? ToolsSource::cupti : ToolsSource::none;
+}
+
+// (graph id << 32) | node id of a template node, or 0 when unavailable or the source failed
+// (get_graph_data reports a 0 as an error; annotations skip such nodes).
+std::uint64_t tools_id_of(const EntryPoints& t, ToolsSource src, CUgraphNode node) {
+  if (src == ToolsSource::driver) {
+    unsigned long long id = 0;
+    return t.cuGraphNodeGetToolsId(node, &id) == CUDA_SUCCESS ? id : 0;
+  }
+  if (src == ToolsSource::cupti) {
+    std::uint64_t id = 0;
+    return cupti().get_graph_node_id(node, &id) == 0 ? id : 0;
+  }
+  return 0;
 }
 
 std::vector<CUgraphNode> nodes_of(const EntryPoints& t, CUgraph g) {
@@ -156,6 +183,7 @@ std::vector<GraphNodeInfo> CudaBackend::graph_nodes(GraphHandle g) {
   std::vector<CUgraphNode> nodes = nodes_of(t, graph(g));
   std::vector<GraphNodeInfo> out;
   out.reserve(nodes.size());
+  const ToolsSource src = tools_source(t);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     check(t.cuGraphNodeGetType(nodes[i], &type), "cuGraphNodeGetType");
@@ -164,6 +192,20 @@ std::vector<GraphNodeInfo> CudaBackend::graph_nodes(GraphHandle g) {
     info.type = map_type(type);
     info.label = type == CU_GRAPH_NODE_TYPE_KERNEL ? kernel_label(t, nodes[i])
                                                    : std::string(type_label(type));
+    info.tools_id = tools_id_of(t, src, nodes[i]);
+    CUevent ev = nullptr;
+    if (type == CU_GRAPH_NODE_TYPE_EVENT_RECORD && t.cuGraphEventRecordNodeGetEvent &&
+        t.cuGraphEventRecordNodeGetEvent(nodes[i], &ev) == CUDA_SUCCESS) {
+      info.event = reinterpret_cast<std::uintptr_t>(ev);
+    } else if (type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && t.cuGraphEventWaitNodeGetEvent &&
+               t.cuGraphEventWaitNodeGetEvent(nodes[i], &ev) == CUDA_SUCCESS) {
+      info.event = reinterpret_cast<std::uintptr_t>(ev);
+    }
+    CUDA_HOST_NODE_PARAMS host{};
+    if (type == CU_GRAPH_NODE_TYPE_HOST && t.cuGraphHostNodeGetParams &&
+        t.cuGraphHostNodeGetParams(nodes[i], &host) == CUDA_SUCCESS) {
+      info.host_fn = reinterpret_cast<std::uintptr_t>(host.fn);
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -194,11 +236,64 @@ std::vector<GraphEdge> CudaBackend::graph_edges(GraphHandle g) {
   return out;
 }
 
-void CudaBackend::graph_debug_dot_print(GraphHandle g, const std::string& path) {
+void CudaBackend::graph_debug_dot_print(GraphHandle g, const std::string& path, bool verbose) {
   const EntryPoints& t = api("graph_debug_dot_print");
-  check(CUDAKIT_CU_OPTIONAL(t, cuGraphDebugDotPrint)(graph(g), path.c_str(),
-                                                     CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE),
+  check(CUDAKIT_CU_OPTIONAL(t, cuGraphDebugDotPrint)(
+            graph(g), path.c_str(), verbose ? static_cast<unsigned>(CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) : 0u),
         "cuGraphDebugDotPrint");
+}
+
+bool CudaBackend::graph_tools_ids_available() noexcept {
+  const DriverState& s = driver();
+  if (!s.available) return false;
+  return tools_source(s.api) != ToolsSource::none;
+}
+
+std::uint32_t CudaBackend::graph_exec_id(GraphExecHandle g) {
+  const EntryPoints& t = api("graph_exec_id");
+  auto exec = static_cast<CUgraphExec>(g);
+  switch (tools_source(t)) {
+    case ToolsSource::driver: {
+      unsigned int id = 0;
+      check(t.cuGraphExecGetId(exec, &id), "cuGraphExecGetId");
+      return id;
+    }
+    case ToolsSource::cupti: {
+      std::uint32_t id = 0;
+      if (int rc = cupti().get_graph_exec_id(exec, &id); rc != 0) {
+        throw AcceleratorError(errc::unknown, "CUPTI_ERROR",
+                               "cuptiGetGraphExecId failed with CUptiResult " +
+                                   std::to_string(rc) + " (" + cupti().path + ")");
+      }
+      return id;
+    }
+    case ToolsSource::none: break;
+  }
+  throw NotSupportedError(
+      "graph_exec_id: graph tools ids need a CUDA 13.1+ driver (cuGraphExecGetId) or CUPTI: " +
+      cupti().reason);
+}
+
+std::size_t CudaBackend::stream_capture_node_count(StreamHandle s) {
+  ensure_context(s, "stream_capture_node_count");
+  const EntryPoints& t = api("stream_capture_node_count");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph g = nullptr;
+  check(CUDAKIT_CU_OPTIONAL(t, cuStreamGetCaptureInfo)(cu(s), &status, nullptr, &g, nullptr,
+                                                       nullptr, nullptr),
+        "cuStreamGetCaptureInfo");
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || g == nullptr) return 0;
+  std::size_t n = 0;
+  check(t.cuGraphGetNodes(g, nullptr, &n), "cuGraphGetNodes");
+  return n;
+}
+
+CaptureMode CudaBackend::thread_exchange_capture_mode(CaptureMode mode) {
+  const EntryPoints& t = api("thread_exchange_capture_mode");
+  auto m = static_cast<CUstreamCaptureMode>(mode);
+  check(CUDAKIT_CU_OPTIONAL(t, cuThreadExchangeStreamCaptureMode)(&m),
+        "cuThreadExchangeStreamCaptureMode");
+  return static_cast<CaptureMode>(m);
 }
 
 }  // namespace cudakit::detail::cuda

@@ -140,6 +140,8 @@ void load(DriverState& s) {
       resolve(get_proc, "cuGraphNodeGetToolsId", 0, capped, version));
   s.api.cuGraphNodeGetLocalId = reinterpret_cast<PFN_cuGraphNodeGetLocalId_ext>(
       resolve(get_proc, "cuGraphNodeGetLocalId", 0, capped, version));
+  s.api.cuGraphExecGetId = reinterpret_cast<PFN_cuGraphExecGetId_ext>(
+      resolve(get_proc, "cuGraphExecGetId", 0, capped, version));
 
   if (!missing.empty()) {
     fail(s, errc::not_supported,

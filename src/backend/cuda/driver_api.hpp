@@ -101,6 +101,7 @@ namespace cudakit::detail::cuda {
   X(cuStreamBeginCapture, 10010, 12080, true)                 \
   X(cuStreamEndCapture, 10000, 12080, true)                   \
   X(cuStreamGetCaptureInfo, 12030, 12080, false)              \
+  X(cuThreadExchangeStreamCaptureMode, 10010, 12080, false)    \
   X(cuGraphInstantiateWithFlags, 11040, 12080, true)          \
   X(cuGraphLaunch, 10000, 12080, true)                        \
   X(cuGraphDestroy, 10000, 12080, true)                       \
@@ -108,6 +109,9 @@ namespace cudakit::detail::cuda {
   X(cuGraphGetNodes, 10000, 12080, true)                      \
   X(cuGraphNodeGetType, 10000, 12080, true)                   \
   X(cuGraphKernelNodeGetParams, 12000, 12080, false)          \
+  X(cuGraphHostNodeGetParams, 10000, 12080, false)            \
+  X(cuGraphEventRecordNodeGetEvent, 11010, 12080, false)      \
+  X(cuGraphEventWaitNodeGetEvent, 11010, 12080, false)        \
   X(cuGraphGetEdges, 12030, 12080, false)                     \
   X(cuGraphDebugDotPrint, 11030, 12080, false)               \
   X(cuUserObjectCreate, 11030, 12080, false)                  \
@@ -122,6 +126,7 @@ namespace cudakit::detail::cuda {
 // future re-versioned ABI is never picked up silently).
 using PFN_cuGraphNodeGetToolsId_ext = CUresult(CUDAAPI*)(CUgraphNode, unsigned long long*);
 using PFN_cuGraphNodeGetLocalId_ext = CUresult(CUDAAPI*)(CUgraphNode, unsigned int*);
+using PFN_cuGraphExecGetId_ext = CUresult(CUDAAPI*)(CUgraphExec, unsigned int*);
 
 struct EntryPoints {
   // Member names go through cuda.h's macros (cuMemAlloc -> cuMemAlloc_v2), which is harmless:
@@ -132,6 +137,7 @@ struct EntryPoints {
 #undef CUDAKIT_CUDA_DECLARE_MEMBER
   PFN_cuGraphNodeGetToolsId_ext cuGraphNodeGetToolsId = nullptr;  // optional, driver > 13.0
   PFN_cuGraphNodeGetLocalId_ext cuGraphNodeGetLocalId = nullptr;  // optional, driver > 13.0
+  PFN_cuGraphExecGetId_ext cuGraphExecGetId = nullptr;            // optional, driver > 13.0
 };
 
 // Outcome of the one-time load: the table plus why the backend is unusable, if it is.

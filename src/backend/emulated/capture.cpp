@@ -16,8 +16,14 @@
 //    from the capturing thread (UNSUPPORTED), any use of the legacy default stream of a
 //    device while a blocking stream of that device is capturing, whatever the mode
 //    (CAPTURE_IMPLICIT), joining two different captures (CAPTURE_ISOLATION).
-//  * The capture mode is stored; mem_alloc outside capture is not restricted in global mode.
+//  * Capture modes govern "potentially unsafe" calls (only mem_alloc here), as CUDA's
+//    cuThreadExchangeStreamCaptureMode rules: a thread whose own mode is global may not make
+//    them while any global capture is live; a thread with a live capture of its own (not
+//    relaxed) may not either; relaxed threads always may. A prohibited call fails with
+//    CAPTURE_UNSUPPORTED and invalidates the capture(s) it violated, so the capture ends with
+//    a clear error instead of replaying memory that was never part of the graph.
 #include <algorithm>
+#include <utility>
 
 #include "backend/emulated/state.hpp"
 #include "cudakit/error.hpp"
@@ -25,6 +31,61 @@
 namespace cudakit::detail::emulated {
 namespace {
 constexpr int kCapturedEvent = 907;
+
+// The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode).
+CaptureMode& thread_capture_mode() {
+  thread_local CaptureMode mode = CaptureMode::global;
+  return mode;
+}
+}  // namespace
+
+CaptureMode EmulatedBackend::thread_exchange_capture_mode(CaptureMode mode) {
+  if (mode != CaptureMode::global && mode != CaptureMode::thread_local_ &&
+      mode != CaptureMode::relaxed) {
+    fail(errc::invalid_value, "thread_exchange_capture_mode: unknown mode " +
+                                  std::to_string(static_cast<int>(mode)));
+  }
+  return std::exchange(thread_capture_mode(), mode);
+}
+
+void EmulatedBackend::check_unsafe_call(const char* what) {
+  if (active_captures_.load(std::memory_order_acquire) == 0) return;
+  const CaptureMode mine = thread_capture_mode();
+  if (mine == CaptureMode::relaxed) return;
+  const auto self = std::this_thread::get_id();
+  std::lock_guard lock(capture_mu_);
+  bool hit = false;
+  for (CaptureSession* c : sessions_) {
+    const bool own = c->thread == self && c->mode != CaptureMode::relaxed;
+    const bool foreign_global =
+        mine == CaptureMode::global && c->thread != self && c->mode == CaptureMode::global;
+    if (own || foreign_global) {
+      invalidate_locked(*c);
+      hit = true;
+    }
+  }
+  if (hit) {
+    fail(errc::stream_capture_unsupported,
+         std::string(what) + ": not permitted while a stream capture is live (capture mode "
+                             "rules: it would not be part of the graph); the capture is now "
+                             "invalidated. Allocate before capturing, or through the caching "
+                             "allocator on the capturing stream");
+  }
+}
+
+std::uint32_t EmulatedBackend::graph_exec_id(GraphExecHandle g) {
+  auto* e = static_cast<GraphExecObj*>(g);
+  if (e == nullptr || e->magic != GraphExecObj::kMagic) {
+    fail(errc::invalid_handle, "graph_exec_id: not an executable graph of the emulated backend");
+  }
+  return e->id;
+}
+
+std::size_t EmulatedBackend::stream_capture_node_count(StreamHandle h) {
+  Stream* s = resolve(h);
+  if (!s->capturing.load(std::memory_order_acquire)) return 0;
+  std::lock_guard lock(capture_mu_);
+  return s->cap ? s->cap->graph->nodes.size() : 0;
 }
 
 void EmulatedBackend::invalidate_locked(CaptureSession& c) { c.invalidated = true; }
@@ -43,7 +104,8 @@ void EmulatedBackend::end_session_locked(CaptureSession& c) {
 }
 
 void EmulatedBackend::record_node_locked(Stream& s, GraphNodeType type,
-                                         const std::string& label, HostTask&& fn) {
+                                         const std::string& label, HostTask&& fn,
+                                         std::uintptr_t event) {
   CaptureSession& c = *s.cap;
   if (c.invalidated) {
     fail(errc::stream_capture_invalidated,
@@ -55,6 +117,7 @@ void EmulatedBackend::record_node_locked(Stream& s, GraphNodeType type,
   n.type = type;
   n.label = label;
   n.fn = std::move(fn);
+  n.event = event;
   n.deps = s.cap_tail;
   s.cap_tail.assign(1, n.id);
   c.graph->nodes.push_back(std::move(n));
@@ -106,6 +169,7 @@ void EmulatedBackend::check_sync_during_capture(Stream& s, const char* what) {
 
 bool EmulatedBackend::capture_record(Event& ev, Stream& s) {
   if (!s.capturing.load(std::memory_order_acquire)) return false;
+  std::shared_ptr<CaptureSession> old_capture;  // released after the locks (see below)
   std::lock_guard lock(capture_mu_);
   if (!s.cap) return false;
   if (s.cap->invalidated) {
@@ -116,7 +180,7 @@ bool EmulatedBackend::capture_record(Event& ev, Stream& s) {
   ev.stream.reset();
   ev.slot.reset();
   ev.seq = 0;
-  ev.captured = s.cap;
+  old_capture = std::exchange(ev.captured, s.cap);
   ev.captured_nodes = s.cap_tail;
   return true;
 }
@@ -176,7 +240,7 @@ bool EmulatedBackend::capture_wait(Stream& s, Event& ev) {
       seq = evp->seq;
     }
     if (st) wait_reached(*st, seq);
-  });
+  }, reinterpret_cast<std::uintptr_t>(evp.get()));
   return true;
 }
 
@@ -193,6 +257,7 @@ void EmulatedBackend::stream_begin_capture(StreamHandle h, CaptureMode mode) {
   }
   auto c = std::make_shared<CaptureSession>();
   c->id = next_capture_id_++;
+  c->graph->id = next_graph_id_.fetch_add(1, std::memory_order_relaxed);
   c->mode = mode;
   c->thread = std::this_thread::get_id();
   c->origin = s;
@@ -206,11 +271,16 @@ void EmulatedBackend::stream_begin_capture(StreamHandle h, CaptureMode mode) {
 
 GraphHandle EmulatedBackend::stream_end_capture(StreamHandle h) {
   Stream* s = resolve(h);
+  // Keeps the session (and a failed capture's graph) alive until capture_mu_ is released:
+  // destroying the graph runs its tasks' destructors, which may free device memory through
+  // the caching allocator, whose pool filters ask for capture status (capture_mu_).
+  std::shared_ptr<CaptureSession> keep;
   std::lock_guard lock(capture_mu_);
   if (!s->cap) {
     fail(errc::stream_capture_unmatched,
          "stream_end_capture: the stream is not capturing (call stream_begin_capture first)");
   }
+  keep = s->cap;
   std::shared_ptr<CaptureSession> c = s->cap;
   if (c->origin != s) {
     invalidate_locked(*c);

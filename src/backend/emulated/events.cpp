@@ -70,11 +70,14 @@ void EmulatedBackend::event_record(EventHandle e, StreamHandle h) {
     marker = [slot] { slot->ns.store(now_ns(), std::memory_order_release); };
   }
   std::uint64_t seq = submit(*s, std::move(marker));
+  // A capture the event last saw may die with this reference; its graph's tasks can free
+  // device memory (allocator locks), so it is released after ev->mu.
+  std::shared_ptr<CaptureSession> old_capture;
   std::lock_guard lk(ev->mu);
   ev->stream = s->shared_from_this();
   ev->seq = seq;
   ev->slot = std::move(slot);
-  ev->captured.reset();
+  old_capture = std::move(ev->captured);
   ev->captured_nodes.clear();
 }
 

@@ -3,6 +3,10 @@
 // capture order is a topological order. A launch is one op on the launch stream (ordered
 // with the stream's other work) that runs the nodes in that order on the stream's worker;
 // a failing node stops the replay and becomes the stream's sticky error.
+// Ids: a graph gets its id when its capture begins and an executable graph when it is
+// instantiated, from one counter (so an exec id never equals a template id, which catches
+// callers that forget to remap); a node's tools id is (graph id << 32) | node id, the layout
+// CUPTI and cuGraphNodeGetToolsId use.
 #include <fstream>
 
 #include "backend/emulated/state.hpp"
@@ -55,15 +59,24 @@ GraphData::~GraphData() {
   }
 }
 
+void run_host_node(const HostTask& fn) { fn(); }
+
 void EmulatedBackend::run_graph(const GraphData& g, const std::vector<std::size_t>& order) {
   for (std::size_t i : order) {
-    if (g.nodes[i].fn) g.nodes[i].fn();
+    const GraphNode& n = g.nodes[i];
+    if (!n.fn) continue;
+    if (n.type == GraphNodeType::host) {
+      run_host_node(n.fn);
+    } else {
+      n.fn();
+    }
   }
 }
 
 GraphExecHandle EmulatedBackend::graph_instantiate(GraphHandle h) {
   GraphObj* g = graph_ptr(h);
   auto* e = new GraphExecObj;
+  e->id = next_graph_id_.fetch_add(1, std::memory_order_relaxed);
   e->data = g->data;
   e->order.resize(g->data->nodes.size());
   for (std::size_t i = 0; i < e->order.size(); ++i) e->order[i] = i;
@@ -86,7 +99,16 @@ std::vector<GraphNodeInfo> EmulatedBackend::graph_nodes(GraphHandle h) {
   GraphObj* g = graph_ptr(h);
   std::vector<GraphNodeInfo> out;
   out.reserve(g->data->nodes.size());
-  for (const GraphNode& n : g->data->nodes) out.push_back(GraphNodeInfo{n.id, n.type, n.label});
+  const std::uint64_t graph_bits = static_cast<std::uint64_t>(g->data->id) << 32;
+  for (const GraphNode& n : g->data->nodes) {
+    GraphNodeInfo info{n.id, n.type, n.label};
+    info.tools_id = graph_bits | (n.id & 0xFFFFFFFFull);
+    info.event = n.event;
+    if (n.type == GraphNodeType::host) {
+      info.host_fn = reinterpret_cast<std::uintptr_t>(&run_host_node);
+    }
+    out.push_back(std::move(info));
+  }
   return out;
 }
 
@@ -99,19 +121,23 @@ std::vector<GraphEdge> EmulatedBackend::graph_edges(GraphHandle h) {
   return out;
 }
 
-void EmulatedBackend::graph_debug_dot_print(GraphHandle h, const std::string& path) {
+void EmulatedBackend::graph_debug_dot_print(GraphHandle h, const std::string& path,
+                                            bool verbose) {
   GraphObj* g = graph_ptr(h);
   std::ofstream out(path);
   if (!out) {
     throw Error("graph_debug_dot_print: cannot open '" + path +
                 "' for writing (check the directory exists and is writable)");
   }
-  out << "digraph cudakit_emulated_graph {\n  node [shape=box];\n";
+  out << "digraph cudakit_emulated_graph_" << g->data->id << " {\n  node [shape=box];\n";
   for (const GraphNode& n : g->data->nodes) {
-    out << "  n" << n.id << " [label=\"" << n.id << ": " << type_name(n.type) << "\\n";
-    for (char c : n.label) {
-      if (c == '"' || c == '\\') out << '\\';
-      out << c;
+    out << "  n" << n.id << " [label=\"" << n.id << ": " << type_name(n.type);
+    if (verbose) {
+      out << "\\n";
+      for (char c : n.label) {
+        if (c == '"' || c == '\\') out << '\\';
+        out << c;
+      }
     }
     out << "\"];\n";
   }

@@ -59,6 +59,7 @@ void EmulatedBackend::free_device(void* ptr, const char* what) {
 }
 
 void* EmulatedBackend::mem_alloc(int device, std::size_t bytes) {
+  check_unsafe_call("mem_alloc");
   return alloc_device(device, bytes);
 }
 

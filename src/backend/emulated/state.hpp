@@ -16,7 +16,10 @@
 // the pair (stream, n) of its latest record; waits and the legacy-default-stream barriers
 // are dependencies (stream, n) attached to an op, which the worker waits on before running.
 //
-// Lock order: capture_mu_ → Device::mu → Stream::mu. Event::mu is a leaf. Workers never
+// Lock order: capture_mu_ → Device::mu → Stream::mu. Event::mu is a leaf. The caching
+// allocator's locks come before capture_mu_ and Event::mu (its graph-pool filters ask for
+// capture status; it records and queries events), so the last reference to a CaptureSession
+// or GraphData (whose tasks may own device tensors) is never dropped under those locks. Workers never
 // hold one stream's mutex while waiting on another stream.
 #pragma once
 
@@ -111,9 +114,11 @@ struct GraphNode {
   std::string label;
   HostTask fn;  // replay action (empty for nodes without work)
   std::vector<std::uint64_t> deps;
+  std::uintptr_t event = 0;  // wait_event nodes: the event waited for
 };
 
 struct GraphData {
+  std::uint32_t id = 0;          // graph id (upper half of the nodes' tools ids)
   std::vector<GraphNode> nodes;  // node id == index
   std::vector<HostTask> on_destroy;  // deferred frees of mem_free nodes
   ~GraphData();
@@ -129,6 +134,7 @@ struct GraphObj {
 struct GraphExecObj {
   static constexpr std::uint64_t kMagic = 0x6365784575646B63ull;
   std::uint64_t magic = kMagic;
+  std::uint32_t id = 0;  // exec graph id, from the same counter as graph ids (never equal)
   std::shared_ptr<GraphData> data;
   std::vector<std::size_t> order;  // topological order of node indices
   ~GraphExecObj() { magic = 0; }
@@ -217,6 +223,7 @@ class EmulatedBackend final : public Backend {
   int stream_priority(StreamHandle s) override;
   int stream_device(StreamHandle s) override;
   void launch_host_task(StreamHandle s, HostTask task) override;
+  void launch_host_kernel(StreamHandle s, const char* kernel_name, HostTask task) override;
 
   EventHandle event_create(int device, unsigned flags) override;
   void event_destroy(EventHandle e) override;
@@ -245,7 +252,11 @@ class EmulatedBackend final : public Backend {
   void graph_exec_destroy(GraphExecHandle g) override;
   std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) override;
   std::vector<GraphEdge> graph_edges(GraphHandle g) override;
-  void graph_debug_dot_print(GraphHandle g, const std::string& path) override;
+  void graph_debug_dot_print(GraphHandle g, const std::string& path, bool verbose) override;
+  bool graph_tools_ids_available() noexcept override { return true; }
+  std::uint32_t graph_exec_id(GraphExecHandle g) override;
+  std::size_t stream_capture_node_count(StreamHandle s) override;
+  CaptureMode thread_exchange_capture_mode(CaptureMode mode) override;
 
   void profiler_start() override;
   void profiler_stop() override;
@@ -295,7 +306,10 @@ class EmulatedBackend final : public Backend {
   // `fn` is moved from only when a node is recorded.
   bool capture_node(Stream& s, GraphNodeType type, const std::string& label, HostTask&& fn);
   void record_node_locked(Stream& s, GraphNodeType type, const std::string& label,
-                          HostTask&& fn);  // capture_mu_ held, s.cap valid
+                          HostTask&& fn, std::uintptr_t event = 0);  // capture_mu_ held, s.cap valid
+  // "Potentially unsafe" calls (mem_alloc) under CUDA's capture-mode rules: throws
+  // CAPTURE_UNSUPPORTED and invalidates the offending capture(s) when prohibited.
+  void check_unsafe_call(const char* what);
   // event_record / stream_wait_event under capture (fork/join); true when handled.
   bool capture_record(Event& ev, Stream& s);
   bool capture_wait(Stream& s, Event& ev);
@@ -313,6 +327,7 @@ class EmulatedBackend final : public Backend {
   std::atomic<int> active_captures_{0};
   std::unordered_set<CaptureSession*> sessions_;  // active (not ended)
   std::uint64_t next_capture_id_ = 1;
+  std::atomic<std::uint32_t> next_graph_id_{1};  // graph and exec graph ids
   // ---- events ----
   Event* event_ptr(EventHandle e);  // throws invalid_handle
   std::mutex events_mu_;
@@ -332,5 +347,9 @@ class EmulatedBackend final : public Backend {
 
 // Current device of the calling thread (per thread, default 0).
 int& thread_current_device();
+
+// Runs a captured host-task node during replay. A named, exported function so graph
+// inspection can report a host node's function address and symbol (host_fn_addr/name).
+void run_host_node(const HostTask& fn);
 
 }  // namespace cudakit::detail::emulated

@@ -315,6 +315,17 @@ void EmulatedBackend::launch_host_task(StreamHandle h, HostTask task) {
   submit(*s, std::move(task));
 }
 
+void EmulatedBackend::launch_host_kernel(StreamHandle h, const char* kernel_name,
+                                         HostTask task) {
+  if (!task) fail(errc::invalid_value, "launch_host_kernel: empty task");
+  Stream* s = resolve(h);
+  if (capture_node(*s, GraphNodeType::kernel, kernel_name ? kernel_name : "kernel",
+                   std::move(task))) {
+    return;
+  }
+  submit(*s, std::move(task));
+}
+
 void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes,
                                    StreamHandle h) {
   Stream* s = resolve(h);
