@@ -1,10 +1,10 @@
 // Built-in elementwise, cast, fill and sum kernels. The arithmetic lives in
-// src/ops/elementwise_common.hpp, shared with the CPU executor; this file only adds the
+// src/kernels/elementwise.hpp, shared with the CPU executor; this file only adds the
 // GPU iteration: grid-stride loops, 16-byte vector accesses on the contiguous fast path.
 // Kernels are extern "C" so the host finds them by name in the embedded fatbin.
 #include <cstdint>
 
-#include "ops/elementwise_common.hpp"
+#include "kernels/elementwise.hpp"
 
 using namespace cudakit::ops;
 

@@ -1,5 +1,5 @@
 // The two executors behind every built-in op. An op prepares one argument block
-// (elementwise_common.hpp) and hands it to:
+// (kernels/elementwise.hpp) and hands it to:
 //   * the CPU implementation (cpu_kernels.cpp): run inline for host tensors, or enqueued as
 //     a host task on the current stream for emulated device tensors (the emulated device's
 //     memory is host memory), keeping the operands' storage alive until it ran;
@@ -14,11 +14,13 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/tensor.hpp"
-#include "ops/elementwise_common.hpp"
-#include "random/philox.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/philox.hpp"
 
 namespace cudakit::ops {
 
+// host: a CPU tensor, run inline. emulated: a device tensor on a backend without kernels
+// (capabilities().runs_kernels false), run as a host task. cuda: a device kernel.
 enum class Exec { host, emulated, cuda };
 Exec exec_for(const Device& d);
 detail::StreamHandle stream_for(const Device& d);  // current stream of a device tensor
