@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
-namespace cudakit {
+#include "cudakit/export.hpp"
+
+namespace CUDAKIT_API cudakit {
 
 // "Current device" sentinel accepted wherever a device index is.
 inline constexpr int kCurrentDevice = -1;
@@ -42,7 +44,8 @@ struct DeviceProperties {
   std::string backend;  // "cuda" or "emulated"
 };
 
-// Name of the backend in use ("cuda" / "emulated"), without initialising anything.
+// Name of the backend in use ("cuda" / "emulated"), without initialising anything. For
+// display and reports: what a backend can do is not decided by its name.
 std::string backend_name();
 // Selects the backend before first use (alternative to CUDAKIT_BACKEND).
 void set_backend(const std::string& name);
@@ -97,6 +100,14 @@ int temperature(int device = kCurrentDevice);   // degrees C
 int power_draw(int device = kCurrentDevice);    // milliwatts
 int clock_rate(int device = kCurrentDevice);    // SM clock, MHz
 std::size_t device_memory_used(int device = kCurrentDevice);  // bytes, all processes
+
+// The calling thread's cuBLAS handle for the current device (cublasHandle_t), created on
+// first use and never destroyed (torch.cuda.current_blas_handle). NotSupportedError on a
+// backend without vendor math libraries (emulated) or when cuBLAS cannot be loaded.
+void* current_blas_handle();
+// The calling thread's cuSOLVER dense handle for the current device (cusolverDnHandle_t),
+// bound to the current stream (torch.cuda.current_solver_handle). Errors as above.
+void* current_solver_handle();
 
 // Raises AcceleratorError for a non-zero CUresult-numbered code.
 void check_error(int code);

@@ -10,10 +10,6 @@
 #include "devices/sync_debug.hpp"
 #include "registry.hpp"
 
-namespace cudakit::detail {
-void* current_solver_handle();
-}
-
 namespace cudakit::python {
 
 namespace {
@@ -198,7 +194,7 @@ void bind(py::module_& m) {
   m.def("check_error", &check_error, py::arg("res"));
   m.def("driver_version", &driver_version);
   m.def("_current_solver_handle",
-        [] { return reinterpret_cast<std::uintptr_t>(detail::current_solver_handle()); });
+        [] { return reinterpret_cast<std::uintptr_t>(current_solver_handle()); });
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(static_cast<SyncDebugMode>(mode)); });
   m.def("_get_sync_debug_mode", [] { return static_cast<int>(get_sync_debug_mode()); });
   m.def("_set_sync_warning_handler", [](py::object handler) {

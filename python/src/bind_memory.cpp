@@ -8,7 +8,6 @@
 #include <optional>
 #include <unordered_set>
 
-#include "backend/backend.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
@@ -21,12 +20,12 @@ namespace {
 
 int dev(py::handle d) {
   int i = device_index(d, true);
-  return i < 0 ? detail::backend().current_device() : i;
+  return i < 0 ? current_device() : i;
 }
 
 std::optional<StreamRef> stream_of(std::optional<std::uintptr_t> handle, int device) {
   if (!handle) return std::nullopt;
-  return StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(*handle), device);
+  return StreamRef::from_handle(reinterpret_cast<NativeStream>(*handle), device);
 }
 
 // Python stack capture for _record_memory_history(stacks="python"/"all"): runs on the
@@ -97,8 +96,8 @@ void bind(py::module_& m) {
   m.def("_mem_backend", &get_allocator_backend);
   m.def("_mem_set_settings", &set_allocator_settings);
   m.def("_mem_get_info", [](py::handle d) {
-    auto mi = detail::backend().mem_get_info(dev(d));
-    return py::make_tuple(mi.free, mi.total);
+    auto [free, total] = mem_get_info(dev(d));
+    return py::make_tuple(free, total);
   }, py::arg("device") = py::none());
   m.def("_mem_alloc", [](std::int64_t size, py::handle d, std::optional<std::uintptr_t> stream) {
     if (size < 0)
@@ -110,7 +109,7 @@ void bind(py::module_& m) {
   m.def("_mem_delete", [](std::uintptr_t p) { caching_allocator_delete(reinterpret_cast<void*>(p)); });
   m.def("_mem_record_stream", [](std::uintptr_t p, std::uintptr_t stream, py::handle d) {
     record_stream(reinterpret_cast<void*>(p),
-                  StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(stream), dev(d)));
+                  StreamRef::from_handle(reinterpret_cast<NativeStream>(stream), dev(d)));
   }, py::arg("ptr"), py::arg("stream"), py::arg("device") = py::none());
   m.def("_mem_caching_enable", &caching_allocator_enable, py::arg("enabled") = true);
   m.def("_mem_caching_enabled", &caching_allocator_enabled);

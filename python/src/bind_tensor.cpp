@@ -13,7 +13,6 @@
 #include "cudakit/ops.hpp"
 #include "cudakit/random.hpp"
 #include "cudakit/stream.hpp"
-#include "ops/blas.hpp"
 #include "registry.hpp"
 #include "tensor/extent.hpp"
 #include "tensor_common.hpp"
@@ -82,7 +81,7 @@ Shape parse_shape(py::args args) {
 }
 
 StreamRef stream_from_object(py::handle s, int device) {
-  auto h = reinterpret_cast<detail::StreamHandle>(s.attr("cuda_stream").cast<std::uintptr_t>());
+  auto h = reinterpret_cast<NativeStream>(s.attr("cuda_stream").cast<std::uintptr_t>());
   int dev = py::hasattr(s, "device_index") ? s.attr("device_index").cast<int>() : device;
   return StreamRef::from_handle(h, dev);
 }
@@ -237,7 +236,7 @@ py::object dlpack(const Tensor& self, py::object stream, py::object max_version,
       int dev = t.device().index;
       StreamRef producer = current_stream(dev);
       StreamRef consumer = (s == 1 || s == 2) ? StreamRef::default_for(dev)
-                                              : StreamRef::from_handle(reinterpret_cast<detail::StreamHandle>(s), dev);
+                                              : StreamRef::from_handle(reinterpret_cast<NativeStream>(s), dev);
       if (!(producer == consumer)) consumer.wait(producer);
     }
   } else if (!stream.is_none() && !t.is_pinned()) {
@@ -661,7 +660,7 @@ Interoperates through DLPack (__dlpack__, from_dlpack) and __cuda_array_interfac
   m.def("set_matmul_allow_tf32", &set_matmul_allow_tf32, py::arg("allow"));
   // cudakit.current_blas_handle() (python/cudakit/_device.py): the calling thread's cuBLAS
   // handle for the current device as an int; NotImplementedError on the emulated backend.
-  m.def("_current_blas_handle", [] { return reinterpret_cast<std::uintptr_t>(detail::current_blas_handle()); });
+  m.def("_current_blas_handle", [] { return reinterpret_cast<std::uintptr_t>(current_blas_handle()); });
 }
 
 }  // namespace

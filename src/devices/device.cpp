@@ -195,15 +195,15 @@ std::string get_gencode_flags() {
   return flags;
 }
 
+// Both follow the device's compute capability on every backend: the emulated backend
+// presents an sm_XY device and its matmul rounds to TF32 when allowed, as sm_80+ GPUs do.
 bool is_bf16_supported(bool including_emulation) {
   if (!is_available()) return false;
-  if (backend_name() == "emulated") return true;  // CPU implementations handle bf16
   return get_device_capability().first >= 8 || including_emulation;
 }
 
 bool is_tf32_supported() {
   if (!is_available()) return false;
-  if (backend_name() == "emulated") return false;  // reference matmul is full fp32
   return get_device_capability().first >= 8;
 }
 

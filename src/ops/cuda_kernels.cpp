@@ -23,7 +23,6 @@ constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 
 constexpr int kTypes = 12;
 enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCastC, kFamilies };
 constexpr int kSlots = kCastC * kTypes + kTypes * kTypes;
-constexpr int kMaxDevices = 64;
 
 struct HandleTable {
   std::array<std::atomic<detail::FunctionHandle>, kSlots> f{};
@@ -31,7 +30,7 @@ struct HandleTable {
 };
 HandleTable& table(int device) {
   static std::array<HandleTable, kMaxDevices> t;
-  if (device < 0 || device >= kMaxDevices) throw ValueError("device index out of range: " + std::to_string(device));
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] device = resolve_device(device);  // throws
   return t[static_cast<std::size_t>(device)];
 }
 

@@ -8,7 +8,8 @@
 //   events.cpp    events, timing, event IPC
 //   capture.cpp   stream capture (fork/join, invalidation)
 //   graphs.cpp    graph inspection, instantiate, replay, DOT output
-//   telemetry.cpp utilization and memory telemetry
+//   telemetry.cpp the telemetry model (utilization measured, sensors derived from it)
+//   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -62,6 +63,7 @@ struct Stream : std::enable_shared_from_this<Stream> {
   int priority = 0;
   unsigned flags = 0;
   bool legacy = false;  // the per-device legacy default stream
+  std::uint64_t id = 0;  // process-unique, never reused (stream_id)
 
   std::mutex mu;
   std::condition_variable cv_work;  // worker: new op or destroy
@@ -82,8 +84,21 @@ struct Stream : std::enable_shared_from_this<Stream> {
   ~Stream() { magic = 0; }
 };
 
+// Busy time of a set of workers over the last `window` (union of their running intervals).
+class BusyWindow {
+ public:
+  void note(bool start);           // a worker starts / stops running a task
+  int percent();                   // % of the last window some worker was busy, 0..100
+ private:
+  std::mutex mu_;
+  int busy_ = 0;
+  Clock::time_point busy_since_{};
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> intervals_;
+};
+
 struct Device {
-  int index = 0;
+  int index = 0;            // visible ordinal
+  int machine_ordinal = 0;  // ordinal before CUDA_VISIBLE_DEVICES (identity: uuid, PCI bus)
   std::size_t limit = 0;
   std::atomic<std::size_t> used{0};
 
@@ -92,11 +107,8 @@ struct Device {
   std::shared_ptr<Stream> legacy;                // created lazily
   std::atomic<bool> legacy_used{false};
 
-  // Telemetry: union of busy intervals of this device's workers (last ~100 ms).
-  std::mutex tmu;
-  int busy = 0;
-  Clock::time_point busy_since{};
-  std::deque<std::pair<Clock::time_point, Clock::time_point>> intervals;
+  // Telemetry: any task running (utilization), a copy or memset running (memory_usage).
+  BusyWindow compute, memory;
 };
 
 struct TimeSlot {
@@ -170,6 +182,8 @@ class EmulatedBackend final : public Backend {
   int device_count() noexcept override { return static_cast<int>(devices_.size()); }
   std::string unavailable_reason() noexcept override { return ""; }
   int driver_version() noexcept override { return 13000; }
+  BackendCapabilities capabilities() const noexcept override;
+  std::vector<LibraryInfo> optional_libraries() noexcept override;
 
   void set_current_device(int device) override;
   int current_device() override;
@@ -214,6 +228,7 @@ class EmulatedBackend final : public Backend {
   void stream_wait_event(StreamHandle s, EventHandle e) override;
   int stream_priority(StreamHandle s) override;
   int stream_device(StreamHandle s) override;
+  std::uint64_t stream_id(StreamHandle s) override;
   void launch_host_task(StreamHandle s, HostTask task) override;
 
   EventHandle event_create(int device, unsigned flags) override;
@@ -233,6 +248,10 @@ class EmulatedBackend final : public Backend {
   FunctionHandle module_get_function(ModuleHandle m, const char* name) override;
   void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                      StreamHandle s, void** args) override;
+
+  void gemm(int device, StreamHandle s, GemmArgs args) override;
+  void* blas_handle(int device) override;
+  void* solver_handle(int device, StreamHandle s) override;
 
   void stream_begin_capture(StreamHandle s, CaptureMode mode) override;
   GraphHandle stream_end_capture(StreamHandle s) override;
@@ -283,7 +302,7 @@ class EmulatedBackend final : public Backend {
   void throw_if_failed(Stream& s);  // sticky task errors
   void sync_stream(Stream& s);
   bool reached(Stream& s, std::uint64_t seq);
-  void note_busy(Device& d, bool start);
+  std::atomic<std::uint64_t> next_stream_id_{1};
   // ---- capture ----
   // Records a node when `s` is capturing (returns true); throws if the capture is invalid.
   // `fn` is moved from only when a node is recorded.

@@ -1,5 +1,6 @@
-// Small query for tests and diagnostics: is the process running on the emulated backend?
-// (Tests use it to skip GPU-only checks, or to assert emulator-specific behaviour.)
+// Test support (not part of the library): is the process running on the emulated backend?
+// Tests use it to assert emulator-specific behaviour; library code asks
+// detail::backend().capabilities() instead and never branches on the name.
 //
 // Thread-safety: safe from any thread.
 #pragma once
