@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "cudakit/export.hpp"
+
 namespace cudakit::detail {
 
 // Call before any host-blocking device wait. Cheap when the mode is "default" (one relaxed
@@ -13,7 +15,7 @@ void on_synchronizing_call(const char* what);
 
 // The Python layer installs a handler that emits a Python UserWarning.
 using SyncWarningHandler = std::function<void(const std::string& message)>;
-void set_sync_warning_handler(SyncWarningHandler handler);
+CUDAKIT_INTERNAL_API void set_sync_warning_handler(SyncWarningHandler handler);
 
 // Initialisation checks shared by every entry point that needs a device.
 void ensure_initialized();

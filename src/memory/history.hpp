@@ -63,7 +63,7 @@ struct PyFrameRef {
 using PyStackHook = void (*)(std::vector<PyFrameRef>& out);
 using PySymbolizeHook = void (*)(const PyFrameRef& frame, std::string& file, int& line,
                                  std::string& name);
-void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize);
+CUDAKIT_INTERNAL_API void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize);
 void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& line,
                             std::string& name);
 
