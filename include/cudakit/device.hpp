@@ -93,7 +93,9 @@ void enable_peer_access(int device, int peer_device);
 
 std::pair<std::size_t, std::size_t> mem_get_info(int device = kCurrentDevice);  // free,total
 
-// Telemetry (NVML on cuda). Throws NotSupportedError where the backend cannot measure.
+// Telemetry: NVML on cuda (NotSupportedError where the GPU or driver cannot report a value);
+// on emulated a documented model (src/backend/emulated/telemetry.cpp): utilization and
+// memory_usage measured from the emulator's workers, the sensors derived from utilization.
 int utilization(int device = kCurrentDevice);   // percent of time a kernel ran
 int memory_usage(int device = kCurrentDevice);  // percent of time memory was read/written
 int temperature(int device = kCurrentDevice);   // degrees C

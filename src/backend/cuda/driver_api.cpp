@@ -49,6 +49,7 @@ std::string describe(const DriverState& s, CUresult rc) {
 
 void fail(DriverState& s, int code, std::string reason) {
   s.available = false;
+  if (!s.lib.soname().empty()) s.lib.fail(reason);  // loaded but unusable: say why in reports
   s.error_code = code;
   const char* name = nullptr;
   if (s.api.cuGetErrorName) s.api.cuGetErrorName(static_cast<CUresult>(code), &name);

@@ -28,7 +28,7 @@
 
 #include <string>
 
-#include "backend/cuda/library_loader.hpp"
+#include "backend/library_loader.hpp"
 
 namespace cudakit::detail::cuda {
 

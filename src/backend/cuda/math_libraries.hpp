@@ -11,7 +11,7 @@
 // immutable table. Handles are per (thread, device) and owned by the cuda backend.
 #pragma once
 
-#include "backend/cuda/library_loader.hpp"
+#include "backend/library_loader.hpp"
 
 namespace cudakit::detail::cuda {
 

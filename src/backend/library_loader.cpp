@@ -1,12 +1,12 @@
 // The run-time library loader (see library_loader.hpp).
-#include "backend/cuda/library_loader.hpp"
+#include "backend/library_loader.hpp"
 
 #include <dlfcn.h>
 #include <link.h>
 
 #include "cudakit/error.hpp"
 
-namespace cudakit::detail::cuda {
+namespace cudakit::detail {
 
 void* LoadedLibrary::symbol(const char* name) const noexcept {
   return handle_ ? dlsym(handle_, name) : nullptr;
@@ -75,4 +75,4 @@ std::string version_string(int major, int minor, int patch) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
-}  // namespace cudakit::detail::cuda
+}  // namespace cudakit::detail

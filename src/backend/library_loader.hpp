@@ -1,5 +1,6 @@
-// The one place that opens run-time-loaded CUDA libraries (libcuda, NVML, cuBLAS, cuSOLVER;
-// next cuBLASLt, NVRTC, CUPTI, NCCL, cuFile).
+// The one place that opens run-time-loaded libraries (libcuda, NVML, cuBLAS, cuSOLVER; next
+// cuBLASLt, NVRTC, CUPTI, NCCL, cuFile). Backend-neutral (it needs no CUDA header), so it is
+// built and tested on every machine; only backends use it (tests/layout enforces that).
 //
 // A library is described by a LibrarySpec (display name, sonames tried in order, what to do
 // when it is missing) and a symbol table: typed function-pointer slots, each required or
@@ -26,7 +27,7 @@
 
 #include "cudakit/libraries.hpp"
 
-namespace cudakit::detail::cuda {
+namespace cudakit::detail {
 
 // One slot of a library's symbol table: the symbol name and the typed function pointer that
 // receives it. Build with bind_symbol(), which keeps the pointer's real type.
@@ -87,4 +88,4 @@ LoadedLibrary load_library(const LibrarySpec& spec, std::initializer_list<Symbol
 // "major.minor.patch", for version hooks.
 std::string version_string(int major, int minor, int patch);
 
-}  // namespace cudakit::detail::cuda
+}  // namespace cudakit::detail
