@@ -147,7 +147,7 @@ def check_cpp(rel: str, text: str) -> list[tuple[str, int, str]]:
         hit("backend-name", norm, r'"emulated"',
             "names the emulated backend: decide by capability, not by name")
         hit("library-loading", bare, LOADER_CALL,
-            "loads a library above the seam: go through src/backend/cuda/library_loader.hpp")
+            "loads a library above the seam: go through src/backend/library_loader.hpp")
         hit("cuda-headers", code, CUDA_HEADER,
             "includes a CUDA header above the seam: only src/backend/ sees CUDA types")
     if rel.startswith("python/src/"):
