@@ -1,5 +1,5 @@
 // Optional run-time libraries: which ones the backend in use found, where, which version.
-// The first thing to paste into a bug report (`python -m cudakit info` prints it).
+// The first thing to paste into a bug report (meant for `python -m cudakit info`).
 //
 // Thread-safety: optional_libraries() may be called from any thread; each library is probed
 // once per process and the answer reused.

@@ -11,7 +11,7 @@
 //
 // Code above the seam never asks which backend it runs on: it asks what the backend can do
 // (capabilities()), and backends refuse what the other refuses with the same error, so
-// callers need no branch. name() is for display and reports only. tests/python/test_layout.py
+// callers need no branch. name() is for display and reports only. tests/layout/test_layout.py
 // enforces this (docs/architecture.md lists the rules).
 //
 // Conventions for every method:
@@ -227,7 +227,8 @@ class Backend {
                              StreamHandle s, void** args) = 0;
 
   // ---- math (cuBLAS / cuSOLVER on cuda, CBLAS on emulated) ----
-  // Stream-ordered GEMM (see GemmArgs). Validates nothing the caller must check (shapes).
+  // Stream-ordered GEMM (see GemmArgs). Shapes and leading dimensions are the caller's to
+  // validate (ops::blas_gemm derives them from tensors).
   virtual void gemm(int device, StreamHandle s, GemmArgs args) = 0;
   // The calling thread's vendor BLAS handle for `device` (cublasHandle_t), created on first
   // use and never destroyed. NotSupportedError where capabilities().vendor_math_handles is

@@ -104,6 +104,39 @@ TEST(EmulatedConfig, ParsesConfig) {
   EXPECT_THROW(parse_config(nullptr, nullptr, "9"), ck::ValueError);
 }
 
+TEST(EmulatedConfig, ParsesVisibleDevicesAsCuda) {
+  using cd::emulated::device_uuid;
+  using cd::emulated::parse_visible_devices;
+  using V = std::vector<int>;
+  EXPECT_EQ(parse_visible_devices(nullptr, 3), (V{0, 1, 2}));  // unset: all
+  EXPECT_EQ(parse_visible_devices("", 3), V{});                // empty: none
+  EXPECT_EQ(parse_visible_devices("2,0", 3), (V{2, 0}));
+  EXPECT_EQ(parse_visible_devices(" 1 ,\t2", 3), (V{1, 2}));
+  EXPECT_EQ(parse_visible_devices("+1,2x", 3), (V{1, 2}));     // strtoul-like
+  EXPECT_EQ(parse_visible_devices("0,-1,1", 3), V{0});          // negative ends the list
+  EXPECT_EQ(parse_visible_devices("-0,1", 3), V{});
+  EXPECT_EQ(parse_visible_devices("1,nope,0", 3), V{1});        // not a number ends it
+  EXPECT_EQ(parse_visible_devices("1,3,0", 3), V{1});           // out of range ends it
+  EXPECT_EQ(parse_visible_devices("99999999999", 3), V{});
+  EXPECT_EQ(parse_visible_devices("0,2,0", 3), V{});            // a repeat empties it
+  EXPECT_EQ(parse_visible_devices("MIG-abc", 3), V{});
+  // UUIDs: "GPU-" + a unique prefix; ambiguous or unknown prefixes end the list.
+  const std::string u2 = device_uuid(2), u0 = device_uuid(0);
+  EXPECT_EQ(u2.size(), 36u);
+  EXPECT_NE(u2, u0);
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2 + ",GPU-" + u0.substr(0, 8)).c_str(), 3), (V{2, 0}));
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2.substr(0, 4)).c_str(), 3), V{2});
+  EXPECT_EQ(parse_visible_devices("GPU-", 3), V{});
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2 + ",1").c_str(), 3), V{2});
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2 + ",GPU-" + u2).c_str(), 3), V{});
+  // The machine size comes from CUDAKIT_EMULATED_DEVICES; the list applies on top.
+  auto c = cd::emulated::parse_config("4", nullptr, nullptr, "3,1");
+  EXPECT_EQ(c.devices, 4);
+  ASSERT_TRUE(c.visible.has_value());
+  EXPECT_EQ(*c.visible, (V{3, 1}));
+  EXPECT_FALSE(cd::emulated::parse_config("4", nullptr, nullptr).visible.has_value());
+}
+
 TEST(EmulatedBackend, IdentityAndDevices) {
   EXPECT_STREQ(B().name(), "emulated");
   EXPECT_TRUE(cd::is_emulated_backend());

@@ -1,5 +1,7 @@
 // Configuration of the emulated backend, read once from the environment when the backend is
-// created. The parsers are exposed (internal header) so tests can exercise them directly.
+// created: CUDAKIT_EMULATED_DEVICES / _MEMORY / _CAPABILITY describe the emulated machine,
+// CUDA_VISIBLE_DEVICES selects its devices as CUDA does. The parsers are exposed (internal
+// header) so tests can exercise them directly.
 //
 // Thread-safety: pure functions.
 #pragma once
