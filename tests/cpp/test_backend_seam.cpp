@@ -225,6 +225,22 @@ TEST(BackendSeam, GemmTf32RoundsInputsWhenAllowed) {
   }
 }
 
+TEST(BackendSeam, GemmEmptySumIsZeroAndBadLeadingDimensionsAreRefused) {
+  REQUIRE_DEVICE();
+  DeviceBuffer dc(4 * 6);
+  dc.upload(std::vector<float>(6, 7.0f));
+  cd::GemmArgs g;
+  g.m = 2; g.n = 3; g.k = 0;
+  g.lda = 2; g.ldb = 1; g.c = dc.p; g.ldc = 2;
+  DeviceBuffer dummy(4);
+  g.a = g.b = dummy.p;
+  B().gemm(0, nullptr, g);
+  EXPECT_EQ(dc.download<float>(6), std::vector<float>(6, 0.0f));
+  g.k = 1;
+  g.ldc = 1;  // < m
+  EXPECT_THROW(B().gemm(0, nullptr, g), ck::Error);
+}
+
 TEST(BackendSeam, GemmKeepsOperandsAliveUntilItRan) {
   REQUIRE_DEVICE();
   struct Flag {

@@ -102,6 +102,13 @@ void gemm_typed(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
 
 void run_gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {  // an empty sum: C = 0 (BLAS with beta = 0)
+    const std::size_t elem = g.type == GemmType::float64 ? 8 : g.type == GemmType::float32 ? 4 : 2;
+    for (int j = 0; j < g.n; ++j)
+      std::memset(static_cast<char*>(g.c) + static_cast<std::size_t>(j) * g.ldc * elem, 0,
+                  static_cast<std::size_t>(g.m) * elem);
+    return;
+  }
   if (g.type == GemmType::float64) {
     gemm_typed<double>(g.transpose_a, g.transpose_b, g.m, g.n, g.k,
                        static_cast<const double*>(g.a), g.lda, static_cast<const double*>(g.b),
@@ -145,7 +152,12 @@ void run_gemm(const GemmArgs& g) {
 
 void EmulatedBackend::gemm(int device, StreamHandle s, GemmArgs g) {
   dev(device);
+  // What BLAS itself would reject (cuBLAS answers CUBLAS_STATUS_INVALID_VALUE).
   if (g.m < 0 || g.n < 0 || g.k < 0) fail(errc::invalid_value, "gemm: negative dimension");
+  const Stored sa = stored_a(g), sb = stored_b(g);
+  if (g.lda < std::max(1, sa.rows) || g.ldb < std::max(1, sb.rows) || g.ldc < std::max(1, g.m)) {
+    fail(errc::invalid_value, "gemm: a leading dimension is smaller than its matrix's rows");
+  }
   if (g.m > 0 && g.n > 0 && (!g.c || (g.k > 0 && (!g.a || !g.b)))) {
     fail(errc::invalid_value, "gemm: null operand pointer");
   }
