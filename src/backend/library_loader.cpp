@@ -23,7 +23,8 @@ LibraryInfo LoadedLibrary::info() const {
   return i;
 }
 
-LoadedLibrary load_library(const LibrarySpec& spec, std::initializer_list<SymbolSlot> symbols) noexcept {
+LoadedLibrary load_library(const LibrarySpec& spec,
+                           std::initializer_list<SymbolSlot> symbols) noexcept {
   LoadedLibrary lib;
   try {
     lib.name_ = spec.name;
@@ -46,8 +47,8 @@ LoadedLibrary load_library(const LibrarySpec& spec, std::initializer_list<Symbol
       return lib;
     }
     lib.path_ = lib.soname_;
-    if (link_map* lm = nullptr; dlinfo(lib.handle_, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
-                                *lm->l_name) {
+    link_map* lm = nullptr;
+    if (dlinfo(lib.handle_, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) {
       lib.path_ = lm->l_name;
     }
     std::string missing;

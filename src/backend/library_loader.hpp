@@ -23,6 +23,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cudakit/libraries.hpp"
@@ -41,7 +42,9 @@ struct SymbolSlot {
 template <class Fn>
 SymbolSlot bind_symbol(const char* name, Fn*& slot, bool required = true) {
   return SymbolSlot{name, required, &slot,
-                    [](void* s, void* address) { *static_cast<Fn**>(s) = reinterpret_cast<Fn*>(address); }};
+                    [](void* s, void* address) {
+                      *static_cast<Fn**>(s) = reinterpret_cast<Fn*>(address);
+                    }};
 }
 
 class LoadedLibrary;
@@ -55,7 +58,9 @@ struct LibrarySpec {
   std::string (*version)(const LoadedLibrary&) = nullptr;
 };
 
-// The outcome of loading one library. Immutable once returned.
+// The outcome of loading one library. The library's own loader may still record an init
+// failure (fail) or a version it learnt after init (set_version); after that one-time load it
+// is shared read-only.
 class LoadedLibrary {
  public:
   bool available() const noexcept { return handle_ != nullptr && reason_.empty(); }
@@ -64,7 +69,8 @@ class LoadedLibrary {
   const std::string& path() const noexcept { return path_; }      // resolved file
   const std::string& version() const noexcept { return version_; }
   const std::string& reason() const noexcept { return reason_; }  // "" when available
-  const std::string& open_error() const noexcept { return open_error_; }  // dlerror()s, if none loaded
+  // The dlerror() texts when no soname loaded.
+  const std::string& open_error() const noexcept { return open_error_; }
   // A symbol outside the table (version hooks, optional extras); nullptr if absent.
   void* symbol(const char* name) const noexcept;
   // Marks the library unusable (e.g. its init call failed) with `why`.
@@ -73,14 +79,16 @@ class LoadedLibrary {
   LibraryInfo info() const;
 
  private:
-  friend LoadedLibrary load_library(const LibrarySpec&, std::initializer_list<SymbolSlot>) noexcept;
+  friend LoadedLibrary load_library(const LibrarySpec&,
+                                    std::initializer_list<SymbolSlot>) noexcept;
   void* handle_ = nullptr;
   std::string name_, soname_, path_, version_, reason_, open_error_;
 };
 
 // Opens the first loadable soname of `spec`, resolves `symbols`, then calls spec.version.
 // Never throws (an allocation failure while building messages is reported as the reason).
-LoadedLibrary load_library(const LibrarySpec& spec, std::initializer_list<SymbolSlot> symbols) noexcept;
+LoadedLibrary load_library(const LibrarySpec& spec,
+                           std::initializer_list<SymbolSlot> symbols) noexcept;
 
 // For a library that is needed now but unavailable: NotSupportedError "<what>: <reason>".
 [[noreturn]] void throw_library_unavailable(const LoadedLibrary& lib, const char* what);

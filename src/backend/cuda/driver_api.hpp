@@ -1,7 +1,8 @@
 // The CUDA driver entry-point table, resolved at run time through cuGetProcAddress.
 //
 // cudakit never links libcuda: the first device call opens "libcuda.so.1" (through the
-// shared loader, library_loader.hpp), looks up cuGetProcAddress_v2, and resolves every entry point below through it, once
+// shared loader, library_loader.hpp), looks up cuGetProcAddress_v2, and resolves every entry
+// point below through it, once
 // (std::call_once). Nothing here runs at static-initialisation time or at library load, so
 // importing cudakit never initialises the driver (which would break fork()).
 //

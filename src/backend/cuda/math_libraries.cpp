@@ -23,7 +23,8 @@ const Cublas& cublas() noexcept {
         {"cuBLAS", {"libcublas.so.13", "libcublas.so.12", "libcublas.so"},
          "install the CUDA cuBLAS runtime (libcublas) or add its directory to LD_LIBRARY_PATH",
          [](const LoadedLibrary& l) {
-           return property_version(reinterpret_cast<int (*)(int, int*)>(l.symbol("cublasGetProperty")));
+           return property_version(
+               reinterpret_cast<int (*)(int, int*)>(l.symbol("cublasGetProperty")));
          }},
         {bind_symbol("cublasCreate_v2", c->api.cublasCreate_v2),
          bind_symbol("cublasSetStream_v2", c->api.cublasSetStream_v2),

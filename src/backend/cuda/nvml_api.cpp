@@ -42,7 +42,8 @@ void load(State& s) {
     return;
   }
   char version[96] = {};
-  if (a.nvmlSystemGetNVMLVersion && a.nvmlSystemGetNVMLVersion(version, sizeof version) == kSuccess) {
+  if (a.nvmlSystemGetNVMLVersion &&
+      a.nvmlSystemGetNVMLVersion(version, sizeof version) == kSuccess) {
     s.lib.set_version(version);
   }
 }

@@ -88,7 +88,8 @@ std::vector<int> parse_visible_devices(const char* text, int machine_devices) {
   std::string all = text;
   for (std::size_t pos = 0;;) {
     std::size_t comma = all.find(',', pos);
-    entries.push_back(trim(all.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos)));
+    const std::size_t len = comma == std::string::npos ? std::string::npos : comma - pos;
+    entries.push_back(trim(all.substr(pos, len)));
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
