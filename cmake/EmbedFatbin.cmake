@@ -7,7 +7,7 @@
 # (module_load_data): no cudart, no nvcc at run time.
 #
 # Flags that matter for correctness: --fmad=false keeps the RNG transforms bit-identical to
-# the host build of the same header (src/random/philox.hpp); the host side is compiled with
+# the host build of the same header (src/kernels/philox.hpp); the host side is compiled with
 # -ffp-contract=off for the same reason.
 #
 # Script mode (internal): cmake -DIN=<fatbin> -DOUT=<cpp> -DSYMBOL=<name> -P EmbedFatbin.cmake

@@ -11,9 +11,10 @@
 #include <optional>
 #include <utility>
 
+#include "cudakit/export.hpp"
 #include "cudakit/stream.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 enum class MemoryKind { device, pinned_host, pageable_host };
 

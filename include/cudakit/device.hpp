@@ -12,7 +12,9 @@
 #include <utility>
 #include <vector>
 
-namespace cudakit {
+#include "cudakit/export.hpp"
+
+namespace CUDAKIT_API cudakit {
 
 // "Current device" sentinel accepted wherever a device index is.
 inline constexpr int kCurrentDevice = -1;
@@ -43,12 +45,16 @@ struct DeviceProperties {
   std::string backend;  // "cuda" or "emulated"
 };
 
-// Name of the backend in use ("cuda" / "emulated"), without initialising anything.
+// Name of the backend in use ("cuda" / "emulated"), without initialising anything. For
+// display and reports: what a backend can do is not decided by its name.
 std::string backend_name();
 // Selects the backend before first use (alternative to CUDAKIT_BACKEND).
 void set_backend(const std::string& name);
 
 bool is_available() noexcept;   // device_count() > 0; never throws
+// Why is_available() is false ("no CUDA driver: libcuda.so.1 not found", ...); "" when a
+// device is available. Never throws (a failure to ask is itself the reason).
+std::string unavailable_reason() noexcept;
 int device_count() noexcept;    // 0 when no driver / no device; never throws
 void init();                    // initialises the backend; throws with the reason if unusable
 bool is_initialized() noexcept;
@@ -91,13 +97,23 @@ void enable_peer_access(int device, int peer_device);
 
 std::pair<std::size_t, std::size_t> mem_get_info(int device = kCurrentDevice);  // free,total
 
-// Telemetry (NVML on cuda). Throws NotSupportedError where the backend cannot measure.
+// Telemetry: NVML on cuda (NotSupportedError where the GPU or driver cannot report a value);
+// on emulated a documented model (src/backend/emulated/telemetry.cpp): utilization and
+// memory_usage measured from the emulator's workers, the sensors derived from utilization.
 int utilization(int device = kCurrentDevice);   // percent of time a kernel ran
 int memory_usage(int device = kCurrentDevice);  // percent of time memory was read/written
 int temperature(int device = kCurrentDevice);   // degrees C
 int power_draw(int device = kCurrentDevice);    // milliwatts
 int clock_rate(int device = kCurrentDevice);    // SM clock, MHz
 std::size_t device_memory_used(int device = kCurrentDevice);  // bytes, all processes
+
+// The calling thread's cuBLAS handle for the current device (cublasHandle_t), created on
+// first use and never destroyed (torch.cuda.current_blas_handle). NotSupportedError on a
+// backend without vendor math libraries (emulated) or when cuBLAS cannot be loaded.
+void* current_blas_handle();
+// The calling thread's cuSOLVER dense handle for the current device (cusolverDnHandle_t),
+// bound to the current stream (torch.cuda.current_solver_handle). Errors as above.
+void* current_solver_handle();
 
 // Raises AcceleratorError for a non-zero CUresult-numbered code.
 void check_error(int code);
@@ -109,12 +125,6 @@ SyncDebugMode get_sync_debug_mode() noexcept;
 // Where "warn" mode's messages go (default, or an empty handler: stderr). Called on the
 // synchronizing thread; the Python package installs one issuing a UserWarning.
 void set_sync_warning_handler(std::function<void(const std::string& message)> handler);
-
-// Math-library handles of the calling thread for the current device, created on first use
-// (torch.cuda.current_blas_handle / current_solver_handle): a cublasHandle_t /
-// cusolverDnHandle_t. NotSupportedError on the emulated backend or without the library.
-void* current_blas_handle();
-void* current_solver_handle();
 
 // Driver version as an integer (13000 = 13.0), 0 without a driver.
 int driver_version() noexcept;

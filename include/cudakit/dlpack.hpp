@@ -15,9 +15,11 @@
 
 #include <cstdint>
 
+#include "cudakit/export.hpp"
 #include "cudakit/tensor.hpp"
 
-namespace cudakit::dlpack {
+namespace CUDAKIT_API cudakit {
+namespace dlpack {
 
 extern "C" {
 struct DLPackVersion {
@@ -84,4 +86,5 @@ DLManagedTensor* to_dlpack(const Tensor& t);
 Tensor from_dlpack(DLManagedTensorVersioned* m, std::function<void(std::function<void()>)> release = {});
 Tensor from_dlpack(DLManagedTensor* m, std::function<void(std::function<void()>)> release = {});
 
-}  // namespace cudakit::dlpack
+}  // namespace dlpack
+}  // namespace cudakit

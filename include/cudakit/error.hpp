@@ -8,7 +8,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace cudakit {
+#include "cudakit/export.hpp"
+
+namespace CUDAKIT_API cudakit {
 
 // Base of every error cudakit throws. Maps to Python RuntimeError.
 class Error : public std::runtime_error {

@@ -35,6 +35,8 @@
 // the thread that created it, with the same stream current.
 #pragma once
 
+#include "cudakit/export.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,7 +48,8 @@
 
 #include "cudakit/stream.hpp"
 
-namespace cudakit::graph_annotations {
+namespace CUDAKIT_API cudakit {
+namespace graph_annotations {
 
 using AnnotationValue = std::variant<std::nullptr_t, bool, std::int64_t, double, std::string>;
 // Keys in insertion order (a str annotation becomes {"name": str}). Duplicate keys: the
@@ -83,4 +86,5 @@ std::size_t annotated_node_count();
 // Drops every recorded annotation (graphs instantiated later do not re-publish theirs).
 void clear_kernel_annotations();
 
-}  // namespace cudakit::graph_annotations
+}  // namespace graph_annotations
+}  // namespace cudakit

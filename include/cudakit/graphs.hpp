@@ -44,23 +44,22 @@
 #include <string_view>
 #include <vector>
 
+#include "cudakit/export.hpp"
 #include "cudakit/memory.hpp"  // MempoolId, graph_pool_handle()
 #include "cudakit/stream.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
-namespace detail {
-using GraphHandle = void*;      // CUgraph on cuda
-using GraphExecHandle = void*;  // CUgraphExec on cuda
+using NativeGraph = void*;      // CUgraph on cuda
+using NativeGraphExec = void*;  // CUgraphExec on cuda
 
-// What a HookHandle removes from (a hook list). Implemented in src/graphs.
+// What a HookHandle removes from (a hook list). Implemented in src/graphs; not for users.
 class HookRegistryBase {
  public:
   virtual ~HookRegistryBase() = default;
   virtual void remove(std::uint64_t id) noexcept = 0;
   virtual bool contains(std::uint64_t id) const noexcept = 0;
 };
-}  // namespace detail
 
 // cudaStreamCaptureMode (torch's capture_error_mode): which threads' "unsafe" calls (e.g. a
 // device allocation outside the graph's pool) fail while the capture is live.
@@ -83,14 +82,14 @@ using GraphDestroyHook = std::function<void(const std::vector<std::uint32_t>& ex
 class HookHandle {
  public:
   HookHandle() = default;
-  HookHandle(std::weak_ptr<detail::HookRegistryBase> registry, std::uint64_t id)
+  HookHandle(std::weak_ptr<HookRegistryBase> registry, std::uint64_t id)
       : registry_(std::move(registry)), id_(id) {}
   void remove() noexcept;
   bool registered() const noexcept;
   std::uint64_t id() const noexcept { return id_; }
 
  private:
-  std::weak_ptr<detail::HookRegistryBase> registry_;
+  std::weak_ptr<HookRegistryBase> registry_;
   std::uint64_t id_ = 0;
 };
 
@@ -171,8 +170,8 @@ class CUDAGraph {
   MempoolId pool() const;               // Error before a capture ended
   std::vector<MempoolId> pools() const;  // this graph's pool + retained ones
   void retain_pool(MempoolId id);       // keeps another pool alive until reset()
-  detail::GraphHandle raw_cuda_graph() const;      // Error unless the template is live
-  detail::GraphExecHandle raw_cuda_graph_exec() const;  // Error unless instantiated
+  NativeGraph raw_cuda_graph() const;          // Error unless the template is live
+  NativeGraphExec raw_cuda_graph_exec() const;  // Error unless instantiated
   void enable_debug_mode();             // == keep_graph=true (torch's compatibility name)
   // Graphviz DOT of the template (live template required, as raw_cuda_graph()).
   void debug_dump(const std::string& path, bool verbose = true) const;

@@ -18,9 +18,10 @@
 #include <vector>
 
 #include "cudakit/device.hpp"
+#include "cudakit/export.hpp"
 #include "cudakit/stream.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 // ---- statistics (torch's DeviceStats) ----
 struct MemoryStat {
@@ -139,7 +140,7 @@ void ipc_collect();
 
 }  // namespace cudakit
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 // ---- pinned host allocator statistics (torch.cuda.host_memory_stats) ----
 // Keys: "allocations|allocated_bytes|segment|reserved_bytes|active_requests|active_bytes"
@@ -200,7 +201,7 @@ class UseMemPool {
 // General routing (used by graph capture): until end_allocate_to_pool, allocations on
 // `device` whose stream passes `filter` go to pool `id` (created if needed).
 void begin_allocate_to_pool(int device, MempoolId id,
-                            std::function<bool(detail::StreamHandle)> filter);
+                            std::function<bool(NativeStream)> filter);
 void end_allocate_to_pool(int device, MempoolId id);
 void release_pool(int device, MempoolId id);
 
@@ -227,7 +228,7 @@ void reset_current_allocator();
 
 }  // namespace cudakit
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 // ---- history and snapshots ----
 // torch.cuda.memory._record_memory_history: enabled = nullopt (off), "state" or "all";
 // context = "state" | "alloc" | "all" | "" (none); stacks = "python" | "cpp" | "all".

@@ -27,6 +27,8 @@
 // do not allocate, except a thread's first range in each domain past the 32nd.
 #pragma once
 
+#include "cudakit/export.hpp"
+
 #include <atomic>
 #include <concepts>
 #include <cstdint>
@@ -34,7 +36,8 @@
 #include <string>
 #include <string_view>
 
-namespace cudakit::nvtx {
+namespace CUDAKIT_API cudakit {
+namespace nvtx {
 
 // Colour of a range or mark, as 0xAARRGGBB. Color{} (0) means "none": the tool picks.
 struct Color {
@@ -191,4 +194,5 @@ struct nvtx3_domain {
   static constexpr char const* name{"cudakit"};
 };
 
-}  // namespace cudakit::nvtx
+}  // namespace nvtx
+}  // namespace cudakit

@@ -11,9 +11,10 @@
 // current stream.
 #pragma once
 
+#include "cudakit/export.hpp"
 #include "cudakit/tensor.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 // torch.result_type for two operands.
 DType result_type(const Tensor& a, const Tensor& b);

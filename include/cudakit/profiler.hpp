@@ -14,7 +14,10 @@
 // from several threads simply toggle one switch.
 #pragma once
 
-namespace cudakit::profiler {
+#include "cudakit/export.hpp"
+
+namespace CUDAKIT_API cudakit {
+namespace profiler {
 
 void start();
 void stop();
@@ -39,4 +42,5 @@ class ProfileGuard {
   ProfileGuard& operator=(const ProfileGuard&) = delete;
 };
 
-}  // namespace cudakit::profiler
+}  // namespace profiler
+}  // namespace cudakit

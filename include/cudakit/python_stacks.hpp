@@ -14,10 +14,12 @@
 // expected once, before recording starts.
 #pragma once
 
+#include "cudakit/export.hpp"
+
 #include <string>
 #include <vector>
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 // One raw interpreter frame: a code object and the offset of its current instruction.
 struct PyFrameRef {

@@ -22,10 +22,11 @@
 #include <mutex>
 #include <vector>
 
+#include "cudakit/export.hpp"
 #include "cudakit/stream.hpp"
 #include "cudakit/tensor.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 inline constexpr std::uint64_t kDefaultRngSeed = 67280421310721ull;
 

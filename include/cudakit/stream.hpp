@@ -3,7 +3,8 @@
 //
 // Style follows CCCL's runtime: `StreamRef` is a cheap non-owning view, `Stream` owns its
 // handle (RAII), `Event` owns its event. No constructor takes a raw handle implicitly, and
-// integers / nullptr are rejected at compile time (use StreamRef::from_handle).
+// integers / nullptr are rejected at compile time (use StreamRef::from_handle). The verbs
+// are CCCL's (sync, is_done, wait, record); Event::query() keeps torch's name beside is_done().
 //
 // Thread-safety: StreamRef is a value type (copy freely). Stream and Event objects may be
 // used from several threads for query/sync/wait/record; moving or destroying one must not
@@ -15,13 +16,14 @@
 #include <functional>
 
 #include "cudakit/device.hpp"
+#include "cudakit/export.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
-namespace detail {
-using StreamHandle = void*;
-using EventHandle = void*;
-}  // namespace detail
+// Native handles, as the driver knows them: CUstream / cudaStream_t and CUevent / cudaEvent_t
+// on the cuda backend; opaque handles of the emulated backend.
+using NativeStream = void*;
+using NativeEvent = void*;
 
 class Event;
 
@@ -29,20 +31,22 @@ class StreamRef {
  public:
   // Wraps a handle that someone else owns. `device` is where the stream lives; pass
   // kCurrentDevice to ask the backend (cost: one driver call).
-  static StreamRef from_handle(detail::StreamHandle handle, int device = kCurrentDevice);
+  static StreamRef from_handle(NativeStream handle, int device = kCurrentDevice);
   // The legacy default stream of `device`.
   static StreamRef default_for(int device) noexcept { return StreamRef(nullptr, device); }
 
   StreamRef(int) = delete;             // no accidental 0 → default stream
   StreamRef(std::nullptr_t) = delete;
 
-  detail::StreamHandle handle() const noexcept { return handle_; }
+  NativeStream handle() const noexcept { return handle_; }
   int device() const noexcept { return device_; }
   bool is_default() const noexcept { return handle_ == nullptr; }
-  // Unique, stable id for this stream within the process (handle value; 0 = default).
-  std::uint64_t id() const noexcept { return reinterpret_cast<std::uintptr_t>(handle_); }
+  // Process-unique id of the stream, never reused while the process runs (cuStreamGetId on
+  // cuda; a counter on emulated). Each device's default stream has its own. One backend call.
+  std::uint64_t id() const;
 
-  bool ready() const;              // query(): all work done?
+  bool is_done() const;            // all work enqueued so far has completed (cuStreamQuery)
+  [[deprecated("use is_done() (CCCL's current name)")]] bool ready() const { return is_done(); }
   void sync() const;               // wait for all work (respects sync-debug mode)
   void wait(const Event& event) const;   // later work waits for `event`
   void wait(StreamRef other) const;      // later work waits for all current work on `other`
@@ -56,8 +60,8 @@ class StreamRef {
   }
 
  protected:
-  constexpr StreamRef(detail::StreamHandle h, int device) noexcept : handle_(h), device_(device) {}
-  detail::StreamHandle handle_;
+  constexpr StreamRef(NativeStream h, int device) noexcept : handle_(h), device_(device) {}
+  NativeStream handle_;
   int device_;
 };
 
@@ -72,7 +76,7 @@ class Stream : public StreamRef {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   StreamRef ref() const noexcept { return *this; }
-  detail::StreamHandle release() noexcept;  // gives up ownership
+  NativeStream release() noexcept;  // gives up ownership
 };
 
 // Event flags as torch.cuda.Event's arguments.
@@ -96,7 +100,8 @@ class Event {
   void record(StreamRef stream);
   void record();                  // on the current stream
   void wait(StreamRef stream) const;  // stream waits for this event (no-op if never recorded)
-  bool query() const;             // true if completed or never recorded
+  bool is_done() const;           // true if completed or never recorded
+  bool query() const { return is_done(); }  // torch's name for is_done()
   void sync() const;              // blocks the host (respects sync-debug mode)
   // Milliseconds between this event and `end`; both recorded, both with timing.
   float elapsed_time(const Event& end) const;
@@ -108,7 +113,7 @@ class Event {
   static Event from_ipc_handle(int device, const IpcHandle& handle);
 
   bool is_created() const noexcept { return handle_ != nullptr; }
-  detail::EventHandle handle() const noexcept { return handle_; }
+  NativeEvent handle() const noexcept { return handle_; }
   int device() const noexcept { return device_; }  // -1 before the first record
   const EventOptions& options() const noexcept { return options_; }
 
@@ -116,7 +121,7 @@ class Event {
   unsigned backend_flags() const noexcept;
   void create_on(int device);
   EventOptions options_;
-  detail::EventHandle handle_ = nullptr;
+  NativeEvent handle_ = nullptr;
   int device_ = -1;
 };
 
@@ -146,9 +151,10 @@ class StreamGuard {
 
 }  // namespace cudakit
 
+// Hashes what operator== compares (handle and device), without a backend call.
 template <>
 struct std::hash<cudakit::StreamRef> {
   std::size_t operator()(cudakit::StreamRef s) const noexcept {
-    return std::hash<std::uint64_t>()(s.id()) ^ (static_cast<std::size_t>(s.device()) << 48);
+    return std::hash<const void*>()(s.handle()) ^ (static_cast<std::size_t>(s.device()) << 48);
   }
 };

@@ -24,12 +24,13 @@
 
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
+#include "cudakit/export.hpp"
 #include "cudakit/stream.hpp"
 
-namespace cudakit {
+namespace CUDAKIT_API cudakit {
 
 // ---- dtypes ----
-// Order is part of the ABI of the built-in kernels (src/ops/elementwise_common.hpp).
+// Order is part of the ABI of the built-in kernels (src/kernels/numeric.hpp).
 enum class DType : std::uint8_t {
   bool_ = 0, uint8, int8, int16, int32, int64,
   float16, bfloat16, float32, float64, complex64, complex128

@@ -6,6 +6,7 @@
 
 #include "args.hpp"
 #include "cudakit/device.hpp"
+#include "cudakit/libraries.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/tensor.hpp"
 #include "registry.hpp"
@@ -41,6 +42,22 @@ int props_device(py::handle d, const char* fn) {
 }
 
 void bind(py::module_& m) {
+  // Diagnostics for `python -m cudakit info` (python/cudakit/_info.py).
+  m.def("_unavailable_reason", [] { return unavailable_reason(); });
+  m.def("_optional_libraries", [] {
+    py::list out;
+    for (const LibraryInfo& l : optional_libraries()) {
+      py::dict d;
+      d["name"] = l.name;
+      d["found"] = l.found;
+      d["soname"] = l.soname;
+      d["path"] = l.path;
+      d["version"] = l.version;
+      d["reason"] = l.reason;
+      out.append(d);
+    }
+    return out;
+  });
   py::class_<Device>(m, "Device", R"doc(
 A device, like torch.device: Device('cuda:0'), Device('cuda', 0), Device(0), Device('cpu').
 .type is 'cuda' or 'cpu', .index an int (None for cpu). Compares equal to equivalent strings

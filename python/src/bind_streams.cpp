@@ -48,7 +48,7 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
              return PyStream{stream_from_pool(dev, to_int(priority, Arg{"Stream", "priority"}))};
            }),
            py::arg("device") = py::none(), py::arg("priority") = 0)
-      .def("query", [](const PyStream& s) { return s.ref.ready(); })
+      .def("query", [](const PyStream& s) { return s.ref.is_done(); })
       .def("synchronize", [](const PyStream& s) {
         py::gil_scoped_release r;
         s.ref.sync();

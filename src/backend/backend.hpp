@@ -9,6 +9,11 @@
 // The backend is chosen once, explicitly: CUDAKIT_BACKEND=cuda|emulated (default cuda), or
 // cudakit::set_backend("emulated") before the first device call. Never a silent fallback.
 //
+// Code above the seam never asks which backend it runs on: it asks what the backend can do
+// (capabilities()), and backends refuse what the other refuses with the same error, so
+// callers need no branch. name() is for display and reports only. tests/layout/test_layout.py
+// enforces this (docs/architecture.md lists the rules).
+//
 // Conventions for every method:
 //   * Errors throw cudakit::AcceleratorError with a CUresult-numbered code (error.hpp).
 //     Exception: allocation methods return nullptr / 0 on out-of-memory, so the caching
@@ -29,11 +34,14 @@
 #include <vector>
 
 #include "cudakit/device.hpp"
+#include "cudakit/export.hpp"
+#include "cudakit/libraries.hpp"
+#include "cudakit/stream.hpp"
 
 namespace cudakit::detail {
 
-using StreamHandle = void*;     // CUstream on cuda
-using EventHandle = void*;      // CUevent on cuda
+using StreamHandle = NativeStream;  // CUstream on cuda (public alias, stream.hpp)
+using EventHandle = NativeEvent;    // CUevent on cuda
 using GraphHandle = void*;      // CUgraph on cuda
 using GraphExecHandle = void*;  // CUgraphExec on cuda
 using PhysMemHandle = std::uint64_t;  // CUmemGenericAllocationHandle on cuda
@@ -90,6 +98,46 @@ struct GraphEdge {
 // A unit of host work enqueued on a stream (host functions, and built-in ops on emulated).
 using HostTask = std::function<void()>;
 
+// What a backend can do. Callers above the seam branch on these, never on name().
+struct BackendCapabilities {
+  // Device pointers can be dereferenced by host code (emulated: device memory is host memory).
+  bool host_addressable_device_memory = false;
+  // module_load_data / launch_kernel work, so built-in ops run as device kernels; otherwise
+  // ops run as host tasks on the stream (launch_host_task) over host-addressable memory.
+  bool runs_kernels = false;
+  // blas_handle / solver_handle return vendor library handles (cuBLAS / cuSOLVER). gemm works
+  // on every backend; these handles are for code that calls the vendor libraries itself.
+  bool vendor_math_handles = false;
+  // IPC handles can be opened in another process. No backend opens them in the exporting
+  // process (CUDA refuses with CUDA_ERROR_INVALID_CONTEXT, and so does the emulated backend).
+  bool cross_process_ipc = false;
+  // Telemetry comes from hardware sensors (NVML); otherwise from the backend's documented
+  // model (utilization measured from its own workers, sensors derived from it).
+  bool hardware_telemetry = false;
+};
+
+// C = op(A) * op(B), column-major as in BLAS: op(A) is m x k, op(B) is k x n, C is m x n
+// with leading dimension ldc. A, B and C share `type`; float16 / bfloat16 accumulate in
+// float32. allow_tf32 lets float32 products use TF32 inputs (10-bit mantissa), as
+// torch.backends.cuda.matmul.allow_tf32.
+enum class GemmType { float16, bfloat16, float32, float64 };
+struct GemmArgs {
+  GemmType type = GemmType::float32;
+  bool transpose_a = false, transpose_b = false;
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int lda = 0;
+  const void* b = nullptr;
+  int ldb = 0;
+  void* c = nullptr;
+  int ldc = 0;
+  bool allow_tf32 = false;
+  // Owner of the operands' memory, released once the product has run. Backends that run
+  // the product as a host task keep it until then; the cuda backend drops it at once (the
+  // caching allocator already orders reuse of the memory on the stream).
+  std::shared_ptr<const void> keep_alive;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -99,6 +147,10 @@ class Backend {
   virtual int device_count() noexcept = 0;        // 0 when no driver/GPU
   virtual std::string unavailable_reason() noexcept = 0;  // "" when available
   virtual int driver_version() noexcept = 0;      // e.g. 13000; 0 if none
+  virtual BackendCapabilities capabilities() const noexcept = 0;
+  // Run-time-loaded libraries this backend uses (found or not, with version / reason).
+  // Probing loads them (cuda: dlopen + init); never throws.
+  virtual std::vector<LibraryInfo> optional_libraries() noexcept = 0;
 
   // ---- devices ----
   // Makes `device` current for the calling thread (retaining its primary context on cuda).
@@ -111,7 +163,7 @@ class Backend {
   virtual void enable_peer_access(int device, int peer) = 0;  // idempotent
   virtual std::pair<int, int> stream_priority_range() = 0;    // {least, greatest}
 
-  // ---- telemetry (NVML on cuda; throws NotSupportedError where a backend cannot measure) --
+  // ---- telemetry (NVML on cuda; the emulated backend's documented model otherwise) --
   virtual int utilization_percent(int device) = 0;       // GPU busy % over last sample
   virtual int memory_utilization_percent(int device) = 0;  // memory-controller busy %
   virtual int temperature_c(int device) = 0;
@@ -154,6 +206,9 @@ class Backend {
   virtual void stream_wait_event(StreamHandle s, EventHandle e) = 0;
   virtual int stream_priority(StreamHandle s) = 0;
   virtual int stream_device(StreamHandle s) = 0;  // device a (possibly foreign) stream is on
+  // Process-unique id of a stream, never reused (cuStreamGetId on cuda). The legacy default
+  // stream of each device has its own id.
+  virtual std::uint64_t stream_id(StreamHandle s) = 0;
   // Runs `task` on the host once all prior work in `s` is done; later work in `s` waits.
   virtual void launch_host_task(StreamHandle s, HostTask task) = 0;
   // A host task that stands for a device kernel named `kernel_name` (the emulated backend
@@ -184,6 +239,17 @@ class Backend {
   virtual FunctionHandle module_get_function(ModuleHandle m, const char* name) = 0;
   virtual void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                              StreamHandle s, void** args) = 0;
+
+  // ---- math (cuBLAS / cuSOLVER on cuda, CBLAS on emulated) ----
+  // Stream-ordered GEMM (see GemmArgs). Shapes and leading dimensions are the caller's to
+  // validate (ops::blas_gemm derives them from tensors).
+  virtual void gemm(int device, StreamHandle s, GemmArgs args) = 0;
+  // The calling thread's vendor BLAS handle for `device` (cublasHandle_t), created on first
+  // use and never destroyed. NotSupportedError where capabilities().vendor_math_handles is
+  // false, or when the library cannot be loaded (the message says why).
+  virtual void* blas_handle(int device) = 0;
+  // The calling thread's dense solver handle for `device` (cusolverDnHandle_t), bound to `s`.
+  virtual void* solver_handle(int device, StreamHandle s) = 0;
 
   // ---- stream capture and graphs ----
   virtual void stream_begin_capture(StreamHandle s, CaptureMode mode) = 0;
@@ -245,7 +311,7 @@ class ThreadCaptureModeGuard {
 
 // The process's backend, created on first use from CUDAKIT_BACKEND. Never throws for an
 // unavailable cuda driver (device_count() is 0); throws ValueError for an unknown name.
-Backend& backend();
+CUDAKIT_INTERNAL_API Backend& backend();
 // True when the backend object exists (so shutdown paths never create one).
 bool backend_created() noexcept;
 // Selects the backend by name before first use; throws if a different one is already in use.
@@ -254,7 +320,7 @@ void select_backend(const std::string& name);
 std::string selected_backend_name();
 
 // Set by an atexit handler: after it, destructors skip device calls (no CUDA at exit).
-bool is_shutting_down() noexcept;
+CUDAKIT_INTERNAL_API bool is_shutting_down() noexcept;
 
 // Factories implemented by each backend directory.
 std::unique_ptr<Backend> make_cuda_backend();

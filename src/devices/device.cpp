@@ -80,6 +80,18 @@ void set_backend(const std::string& name) { detail::select_backend(name); }
 
 int device_count() noexcept { return detail::cached_device_count(); }
 bool is_available() noexcept { return device_count() > 0; }
+std::string unavailable_reason() noexcept {
+  try {
+    if (is_available()) return "";
+    std::string r = detail::backend().unavailable_reason();
+    return r.empty() ? "the '" + std::string(detail::backend().name()) + "' backend has no devices"
+                     : r;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error while probing the backend";
+  }
+}
 bool is_initialized() noexcept {
   return g_initialized.load(std::memory_order_acquire) && !g_in_bad_fork.load();
 }
@@ -195,15 +207,15 @@ std::string get_gencode_flags() {
   return flags;
 }
 
+// Both follow the device's compute capability on every backend: the emulated backend
+// presents an sm_XY device and its matmul rounds to TF32 when allowed, as sm_80+ GPUs do.
 bool is_bf16_supported(bool including_emulation) {
   if (!is_available()) return false;
-  if (backend_name() == "emulated") return true;  // CPU implementations handle bf16
   return get_device_capability().first >= 8 || including_emulation;
 }
 
 bool is_tf32_supported() {
   if (!is_available()) return false;
-  if (backend_name() == "emulated") return false;  // reference matmul is full fp32
   return get_device_capability().first >= 8;
 }
 

@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "cudakit/export.hpp"
+
 namespace cudakit::detail {
 
 // Call before any host-blocking device wait. Cheap when the mode is "default" (one relaxed

@@ -537,7 +537,7 @@ void CUDAGraph::retain_pool(MempoolId id) {
   s.retained_pools.push_back(id);
 }
 
-detail::GraphHandle CUDAGraph::raw_cuda_graph() const {
+NativeGraph CUDAGraph::raw_cuda_graph() const {
   if (impl_->graph == nullptr) {
     throw Error("raw_cuda_graph: the captured template is not live: use keep_graph=True (it "
                 "persists after capture_end), or call it from a capture-end hook");
@@ -545,7 +545,7 @@ detail::GraphHandle CUDAGraph::raw_cuda_graph() const {
   return impl_->graph;
 }
 
-detail::GraphExecHandle CUDAGraph::raw_cuda_graph_exec() const {
+NativeGraphExec CUDAGraph::raw_cuda_graph_exec() const {
   if (impl_->exec == nullptr) {
     throw Error("raw_cuda_graph_exec: the graph is not instantiated (capture_end instantiates "
                 "with keep_graph=False; call instantiate() with keep_graph=True)");

@@ -22,7 +22,7 @@ namespace cudakit::graphs_detail {
 std::uint64_t next_hook_id() noexcept;
 
 template <class Fn>
-class HookList final : public detail::HookRegistryBase {
+class HookList final : public HookRegistryBase {
  public:
   using Entry = std::pair<std::uint64_t, Fn>;
   using Items = std::vector<Entry>;

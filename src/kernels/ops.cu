@@ -1,11 +1,11 @@
 // Built-in elementwise (arithmetic, comparisons, pow), cast, fill and sum kernels. The arithmetic lives in
-// src/ops/elementwise_common.hpp, shared with the CPU executor; this file only adds the
+// src/kernels/elementwise.hpp, shared with the CPU executor; this file only adds the
 // GPU iteration: grid-stride loops, 16-byte vector accesses on the contiguous fast path.
 // Kernels are extern "C" so the host finds them by name in the embedded fatbin.
 #include <cstdint>
 
-#include "ops/compare_pow.hpp"
-#include "ops/elementwise_common.hpp"
+#include "kernels/compare_pow.hpp"
+#include "kernels/elementwise.hpp"
 
 using namespace cudakit::ops;
 
@@ -91,7 +91,7 @@ __device__ void unary_kernel(const UnaryArgs& a) {
 }
 
 // Comparisons (bool output) and pow: strided loop with a direct-index fast path; the
-// arithmetic is src/ops/compare_pow.hpp, shared with the CPU executor.
+// arithmetic is src/kernels/compare_pow.hpp, shared with the CPU executor.
 template <class T>
 __device__ void compare_kernel(const BinaryArgs& a) {
   using C = compute_type<T>;

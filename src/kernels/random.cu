@@ -1,4 +1,4 @@
-// Sampling kernels. The transforms are in src/random/philox.hpp, shared with the CPU
+// Sampling kernels. The transforms are in src/kernels/philox.hpp, shared with the CPU
 // executor; compiled with --fmad=false so both produce bit-identical values.
 //
 // ck_uniform_f32 / ck_normal_f32: the float32 fast path (contiguous, 16-byte aligned). One
@@ -8,7 +8,7 @@
 // SM idles behind a partial second wave. ck_sample: every other dtype/distribution.
 #include <cstdint>
 
-#include "random/philox.hpp"
+#include "kernels/philox.hpp"
 
 using namespace cudakit;
 

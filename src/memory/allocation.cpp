@@ -20,7 +20,9 @@ int resolve_alloc_device(int device) {
   return device;
 }
 
-void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+// Exported (not public): it is the first frame of allocation-history stacks for allocations
+// through allocate_device, and history names frames through the dynamic symbol table.
+CUDAKIT_INTERNAL_API void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
   if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
   return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream)->ptr);
 }

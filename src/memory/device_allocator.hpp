@@ -236,16 +236,16 @@ class DeviceAllocator {
   int device() const noexcept { return device_; }
 
   // Returns a block of at least `size` bytes usable on `stream`. Throws OutOfMemoryError.
-  Block* malloc(std::size_t size, detail::StreamHandle stream);
+  CUDAKIT_INTERNAL_API Block* malloc(std::size_t size, detail::StreamHandle stream);
   // Frees the block at `ptr`. Returns false when `ptr` is not a live allocation here.
-  bool free(void* ptr);
+  CUDAKIT_INTERNAL_API bool free(void* ptr);
   bool owns(const void* ptr);
   bool info(const void* ptr, AllocationInfo& out);
   // Base address of the device allocation (segment) holding live block `ptr`, or 0 if
   // `ptr` is not live here. Throws NotSupportedError for expandable segments.
   std::uintptr_t segment_base(const void* ptr);
   // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
-  bool record_stream(void* ptr, detail::StreamHandle stream);
+  CUDAKIT_INTERNAL_API bool record_stream(void* ptr, detail::StreamHandle stream);
 
   void empty_cache();
   MemoryStats stats();
@@ -392,9 +392,9 @@ class DeviceAllocator {
 
 // ---- process-wide registry ----
 // The allocator of `device` (created on first use; device already resolved).
-DeviceAllocator& device_allocator(int device);
+CUDAKIT_INTERNAL_API DeviceAllocator& device_allocator(int device);
 // Allocators created so far (for empty_cache, delete of unknown pointers).
-std::vector<DeviceAllocator*> existing_allocators();
+CUDAKIT_INTERNAL_API std::vector<DeviceAllocator*> existing_allocators();
 // Whether the caching allocator is enabled (caching_allocator_enable).
 bool caching_enabled() noexcept;
 void set_caching_enabled(bool on) noexcept;

@@ -43,9 +43,9 @@ IpcMemHandle ipc_export(void* ptr) {
 void* ipc_import(const IpcMemHandle& handle) {
   std::string key(reinterpret_cast<const char*>(handle.bytes), sizeof handle.bytes);
   std::lock_guard lock(g_ipc_mutex);
-  // CUDA refuses to open a handle in the process that exported it (the driver answers
-  // CUDA_ERROR_INVALID_CONTEXT); say so instead. The emulated backend maps it in-process.
-  if (g_exported.count(key) && std::string(detail::backend().name()) != "emulated")
+  // No backend opens a handle in the process that exported it (CUDA answers
+  // CUDA_ERROR_INVALID_CONTEXT, and the emulated backend does the same); say so clearly.
+  if (g_exported.count(key))
     throw ValueError("ipc_import: this handle was exported by this process, and CUDA cannot "
                      "open an IPC handle in the exporting process: use the original pointer "
                      "here, and import the handle in another process");

@@ -12,7 +12,7 @@
 namespace cudakit {
 namespace memory {
 int resolve_alloc_device(int device);
-void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream);
+CUDAKIT_INTERNAL_API void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream);
 bool raw_free(void* ptr, int dev_hint);
 }  // namespace memory
 

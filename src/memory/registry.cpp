@@ -5,13 +5,13 @@
 #include <mutex>
 #include <string>
 
+#include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
 
 namespace cudakit::memory {
 namespace {
 
-constexpr int kMaxDevices = 64;
 std::array<std::atomic<DeviceAllocator*>, kMaxDevices> g_allocators{};
 std::mutex g_create_mutex;
 std::atomic<bool> g_caching_enabled{true};

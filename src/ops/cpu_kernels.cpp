@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "cudakit/error.hpp"
-#include "ops/compare_pow.hpp"
+#include "kernels/compare_pow.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/executor.hpp"
 

@@ -24,7 +24,6 @@ constexpr int kTypes = 12;
 // kCastC stays last: it takes kTypes * kTypes slots (one per dtype pair).
 enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCompare, kPow, kCastC, kFamilies };
 constexpr int kSlots = kCastC * kTypes + kTypes * kTypes;
-constexpr int kMaxDevices = 64;
 
 struct HandleTable {
   std::array<std::atomic<detail::FunctionHandle>, kSlots> f{};
@@ -32,7 +31,7 @@ struct HandleTable {
 };
 HandleTable& table(int device) {
   static std::array<HandleTable, kMaxDevices> t;
-  if (device < 0 || device >= kMaxDevices) throw ValueError("device index out of range: " + std::to_string(device));
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] device = resolve_device(device);  // throws
   return t[static_cast<std::size_t>(device)];
 }
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/elementwise_common.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace cudakit::ops {
 

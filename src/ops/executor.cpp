@@ -11,8 +11,8 @@ namespace cudakit::ops {
 Exec exec_for(const Device& d) {
   if (d.is_cpu()) return Exec::host;
   // The backend is fixed for the process: cache the answer (hot path).
-  static const bool emulated = std::string(detail::backend().name()) == "emulated";
-  return emulated ? Exec::emulated : Exec::cuda;
+  static const bool kernels = detail::backend().capabilities().runs_kernels;
+  return kernels ? Exec::cuda : Exec::emulated;
 }
 
 detail::StreamHandle stream_for(const Device& d) { return current_stream(d.index).handle(); }

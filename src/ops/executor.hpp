@@ -1,5 +1,5 @@
 // The two executors behind every built-in op. An op prepares one argument block
-// (elementwise_common.hpp) and hands it to:
+// (kernels/elementwise.hpp) and hands it to:
 //   * the CPU implementation (cpu_kernels.cpp): run inline for host tensors, or enqueued as
 //     a host task on the current stream for emulated device tensors (the emulated device's
 //     memory is host memory), keeping the operands' storage alive until it ran;
@@ -14,11 +14,13 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/tensor.hpp"
-#include "ops/elementwise_common.hpp"
-#include "random/philox.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/philox.hpp"
 
 namespace cudakit::ops {
 
+// host: a CPU tensor, run inline. emulated: a device tensor on a backend without kernels
+// (capabilities().runs_kernels false), run as a host task. cuda: a device kernel.
 enum class Exec { host, emulated, cuda };
 Exec exec_for(const Device& d);
 detail::StreamHandle stream_for(const Device& d);  // current stream of a device tensor
@@ -37,7 +39,7 @@ OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& s
 
 // ---- CPU implementations (plain functions on host pointers) ----
 void cpu_binary(const BinaryArgs& a, int dtype);
-// Comparisons (a.op: CompareOp, bool output) and pow (a.op unused), src/ops/compare_pow.hpp.
+// Comparisons (a.op: CompareOp, bool output) and pow (a.op unused), src/kernels/compare_pow.hpp.
 void cpu_compare(const BinaryArgs& a, int dtype);
 void cpu_pow(const BinaryArgs& a, int dtype);
 void cpu_unary(const UnaryArgs& a, int dtype);

@@ -5,7 +5,7 @@
 
 #include "cudakit/error.hpp"
 #include "ops/blas.hpp"
-#include "ops/compare_pow.hpp"
+#include "kernels/compare_pow.hpp"
 #include "ops/executor.hpp"
 
 namespace cudakit {
@@ -272,7 +272,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   Tensor out = empty({m, n}, TensorOptions{t, a.device(), false});
   Device d = a.device();
-  if (exec_for(d) == Exec::cuda) {
+  if (!d.is_cpu()) {  // the backend's GEMM (cuBLAS / CBLAS), stream-ordered
     if (m * n == 0) {
     } else if (k == 0) {
       out.zero_();

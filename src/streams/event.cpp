@@ -72,7 +72,7 @@ void Event::record() { record(current_stream()); }
 
 void Event::wait(StreamRef stream) const { stream.wait(*this); }
 
-bool Event::query() const {
+bool Event::is_done() const {
   if (!handle_) return true;
   return detail::backend().event_query(handle_);
 }

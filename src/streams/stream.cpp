@@ -53,8 +53,12 @@ StreamRef StreamRef::from_handle(detail::StreamHandle handle, int device) {
   return StreamRef(handle, device);
 }
 
-bool StreamRef::ready() const {
+bool StreamRef::is_done() const {
   return on_device_of(*this, [&] { return detail::backend().stream_query(handle_); });
+}
+
+std::uint64_t StreamRef::id() const {
+  return on_device_of(*this, [&] { return detail::backend().stream_id(handle_); });
 }
 
 void StreamRef::sync() const {

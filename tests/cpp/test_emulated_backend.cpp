@@ -14,8 +14,8 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/config.hpp"
-#include "backend/emulated/emulated_control.hpp"
 #include "cudakit/error.hpp"
+#include "support/emulated_testing.hpp"
 
 namespace ck = cudakit;
 namespace cd = cudakit::detail;
@@ -102,6 +102,39 @@ TEST(EmulatedConfig, ParsesConfig) {
   EXPECT_THROW(parse_config("-1", nullptr, nullptr), ck::ValueError);
   EXPECT_THROW(parse_config(nullptr, nullptr, "nine"), ck::ValueError);
   EXPECT_THROW(parse_config(nullptr, nullptr, "9"), ck::ValueError);
+}
+
+TEST(EmulatedConfig, ParsesVisibleDevicesAsCuda) {
+  using cd::emulated::device_uuid;
+  using cd::emulated::parse_visible_devices;
+  using V = std::vector<int>;
+  EXPECT_EQ(parse_visible_devices(nullptr, 3), (V{0, 1, 2}));  // unset: all
+  EXPECT_EQ(parse_visible_devices("", 3), V{});                // empty: none
+  EXPECT_EQ(parse_visible_devices("2,0", 3), (V{2, 0}));
+  EXPECT_EQ(parse_visible_devices(" 1 ,\t2", 3), (V{1, 2}));
+  EXPECT_EQ(parse_visible_devices("+1,2x", 3), (V{1, 2}));     // strtoul-like
+  EXPECT_EQ(parse_visible_devices("0,-1,1", 3), V{0});          // negative ends the list
+  EXPECT_EQ(parse_visible_devices("-0,1", 3), V{});
+  EXPECT_EQ(parse_visible_devices("1,nope,0", 3), V{1});        // not a number ends it
+  EXPECT_EQ(parse_visible_devices("1,3,0", 3), V{1});           // out of range ends it
+  EXPECT_EQ(parse_visible_devices("99999999999", 3), V{});
+  EXPECT_EQ(parse_visible_devices("0,2,0", 3), V{});            // a repeat empties it
+  EXPECT_EQ(parse_visible_devices("MIG-abc", 3), V{});
+  // UUIDs: "GPU-" + a unique prefix; ambiguous or unknown prefixes end the list.
+  const std::string u2 = device_uuid(2), u0 = device_uuid(0);
+  EXPECT_EQ(u2.size(), 36u);
+  EXPECT_NE(u2, u0);
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2 + ",GPU-" + u0.substr(0, 8)).c_str(), 3), (V{2, 0}));
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2.substr(0, 4)).c_str(), 3), V{2});
+  EXPECT_EQ(parse_visible_devices("GPU-", 3), V{});
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2 + ",1").c_str(), 3), V{2});
+  EXPECT_EQ(parse_visible_devices(("GPU-" + u2 + ",GPU-" + u2).c_str(), 3), V{});
+  // The machine size comes from CUDAKIT_EMULATED_DEVICES; the list applies on top.
+  auto c = cd::emulated::parse_config("4", nullptr, nullptr, "3,1");
+  EXPECT_EQ(c.devices, 4);
+  ASSERT_TRUE(c.visible.has_value());
+  EXPECT_EQ(*c.visible, (V{3, 1}));
+  EXPECT_FALSE(cd::emulated::parse_config("4", nullptr, nullptr).visible.has_value());
 }
 
 TEST(EmulatedBackend, IdentityAndDevices) {
@@ -542,7 +575,10 @@ TEST(EmulatedBackend, DestroyStreamWithPendingWork) {
   B().device_synchronize(0);
 }
 
+// The telemetry model (telemetry.cpp): utilization and memory_usage measured, the sensors
+// derived from utilization, every call answering.
 TEST(EmulatedBackend, Telemetry) {
+  EXPECT_FALSE(B().capabilities().hardware_telemetry);
   S s;
   std::promise<void> gate;
   auto fut = gate.get_future().share();
@@ -556,14 +592,34 @@ TEST(EmulatedBackend, Telemetry) {
   std::this_thread::sleep_for(200ms);
   EXPECT_GE(B().utilization_percent(1), 0);
   EXPECT_GE(B().utilization_percent(0), 90);  // a task has been running the whole window
+  // Busy: hot, drawing power, boosted; no copy ran, so the memory controller is idle.
+  EXPECT_GE(B().temperature_c(0), 70);
+  EXPECT_LE(B().temperature_c(0), 75);
+  EXPECT_GE(B().power_draw_mw(0), 600'000);
+  EXPECT_EQ(B().clock_rate_mhz(0), B().device_info(0).clock_rate / 1000);
+  EXPECT_EQ(B().memory_utilization_percent(0), 0);
   gate.set_value();
   B().stream_synchronize(s);
   std::this_thread::sleep_for(120ms);
   EXPECT_EQ(B().utilization_percent(0), 0);
-  EXPECT_THROW(B().temperature_c(0), ck::NotSupportedError);
-  EXPECT_THROW(B().power_draw_mw(0), ck::NotSupportedError);
-  EXPECT_THROW(B().clock_rate_mhz(0), ck::NotSupportedError);
-  EXPECT_THROW(B().memory_utilization_percent(0), ck::NotSupportedError);
+  EXPECT_EQ(B().temperature_c(0), 30);
+  EXPECT_EQ(B().power_draw_mw(0), 70'000);
+  EXPECT_EQ(B().clock_rate_mhz(0), 345);
+  EXPECT_EQ(B().memory_utilization_percent(0), 0);
+
+  // Copies count as memory-controller load: right after they finish, the window holds them.
+  const std::size_t n = std::size_t{64} << 20;
+  void* a = B().mem_alloc(0, n);
+  void* b = B().mem_alloc(0, n);
+  ASSERT_TRUE(a && b);
+  for (int i = 0; i < 4; ++i) B().memcpy_async(a, b, n, s);
+  B().stream_synchronize(s);
+  int mem = B().memory_utilization_percent(0);
+  EXPECT_GT(mem, 0);
+  EXPECT_LE(mem, 100);
+  B().mem_free(0, a);
+  B().mem_free(0, b);
+  EXPECT_THROW(B().temperature_c(7), ck::AcceleratorError);  // still validates the device
 }
 
 TEST(EmulatedBackend, KernelsNotSupported) {
@@ -588,8 +644,9 @@ TEST(EmulatedBackend, IpcInProcess) {
   EXPECT_EQ(code_of([&] { B().event_ipc_handle(plain); }), ck::errc::invalid_value);
   void* p = B().mem_alloc(0, 4096);
   cd::IpcHandle mh = B().mem_ipc_handle(static_cast<char*>(p) + 100);
-  EXPECT_EQ(B().mem_open_ipc(mh), p);
-  B().mem_close_ipc(p);
+  // As CUDA: a memory handle cannot be opened in the process that exported it.
+  EXPECT_EQ(code_of([&] { B().mem_open_ipc(mh); }), ck::errc::invalid_context);
+  EXPECT_EQ(code_of([&] { B().mem_close_ipc(p); }), ck::errc::invalid_value);
   // A handle from another process cannot be opened here.
   cd::IpcHandle foreign = mh;
   int other_pid = ::getpid() + 1;

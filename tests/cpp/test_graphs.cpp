@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/emulated/emulated_control.hpp"
+#include "support/emulated_testing.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graphs.hpp"

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "backend/emulated/emulated_control.hpp"
+#include "support/emulated_testing.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graph_annotations.hpp"

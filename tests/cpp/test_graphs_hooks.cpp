@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/emulated/emulated_control.hpp"
+#include "support/emulated_testing.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graphs.hpp"

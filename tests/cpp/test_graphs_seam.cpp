@@ -9,7 +9,7 @@
 #include <set>
 
 #include "backend/backend.hpp"
-#include "backend/emulated/emulated_control.hpp"
+#include "support/emulated_testing.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graphs.hpp"

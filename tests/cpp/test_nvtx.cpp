@@ -441,9 +441,10 @@ TEST(NvtxTool, Nvtx3CppApiAddressesTheSameCudakitDomain) {
                                                nvtx3::payload{5}};
   }
   auto ev = rec->events();
-  // This test binary has its own NVTX instance (NVTX3 is header-only): it creates its own
-  // "cudakit" domain handle, and the tool groups by name.
-  EXPECT_GE(rec->instances(), 2);
+  // NVTX3 is header-only: each binary that includes it is an NVTX instance with its own
+  // "cudakit" domain handle, and the tool groups by name. This test links cudakit's objects
+  // statically (libcudakit_internal.a), so test and library may share one instance.
+  EXPECT_GE(rec->instances(), 1);
   std::vector<cudakit_nvtx_event> ranges;
   for (const auto& e : ev) {
     if (e.kind == CUDAKIT_NVTX_PUSH || e.kind == CUDAKIT_NVTX_POP) ranges.push_back(e);

@@ -11,7 +11,7 @@
 #include "cudakit/error.hpp"
 #include "cudakit/random.hpp"
 #include "cudakit/stream.hpp"
-#include "random/philox.hpp"
+#include "kernels/philox.hpp"
 
 using namespace cudakit;
 

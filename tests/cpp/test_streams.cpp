@@ -87,7 +87,7 @@ TEST_F(Streams, EventOrdersWorkAcrossStreams) {
   b.sync();
   EXPECT_EQ(seen, 1);
   EXPECT_TRUE(e.query());
-  EXPECT_TRUE(a.ready());
+  EXPECT_TRUE(a.is_done());
 }
 
 TEST_F(Streams, WaitStream) {

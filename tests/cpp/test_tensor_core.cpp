@@ -9,7 +9,7 @@
 #include "cudakit/error.hpp"
 #include "cudakit/ops.hpp"
 #include "cudakit/tensor.hpp"
-#include "ops/elementwise_common.hpp"
+#include "kernels/elementwise.hpp"
 
 using namespace cudakit;
 

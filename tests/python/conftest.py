@@ -4,6 +4,11 @@ import os
 
 import pytest
 
+# An emulated run must not inherit the host's GPU mask (CUDA_VISIBLE_DEVICES=3 on a GPU box
+# would hide every emulated device); tests of the variable set it in subprocesses.
+if os.environ.get("CUDAKIT_BACKEND") == "emulated":
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs the cuda backend and a real GPU")

@@ -131,16 +131,11 @@ def test_telemetry(ck):
     assert used >= 0
     util = ck.utilization()
     assert 0 <= util <= 100
-    if ck.backend_name() == "emulated":
-        with pytest.raises(NotImplementedError, match="emulated"):
-            ck.temperature()
-        with pytest.raises(NotImplementedError, match="emulated"):
-            ck.power_draw()
-    else:
-        assert 0 < ck.temperature() < 120
-        assert ck.power_draw() > 0
-        assert ck.clock_rate() > 0
-        assert 0 <= ck.memory_usage() <= 100
+    # Every backend answers every call (the emulated one from its documented model).
+    assert 0 < ck.temperature() < 120
+    assert ck.power_draw() > 0
+    assert ck.clock_rate() > 0
+    assert 0 <= ck.memory_usage() <= 100
 
 
 def test_fork_after_init_raises(ck):

@@ -3,7 +3,9 @@
 // Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
 // cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
 // cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
-// cuda_profiler.cpp (cuProfilerStart/Stop) and cuda_telemetry.cpp (NVML).
+// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML) and cuda_math.cpp
+// (cuBLAS / cuSOLVER, capabilities, library report). Every run-time-loaded library goes
+// through library_loader.hpp.
 //
 // Contexts: every device uses its primary context, retained once on first use and never
 // released (the process keeps it until exit; releasing at exit would call the driver during
@@ -41,6 +43,8 @@ class CudaBackend final : public Backend {
   int device_count() noexcept override;
   std::string unavailable_reason() noexcept override;
   int driver_version() noexcept override;
+  BackendCapabilities capabilities() const noexcept override;
+  std::vector<LibraryInfo> optional_libraries() noexcept override;
 
   // ---- devices ----
   void set_current_device(int device) override;
@@ -90,6 +94,7 @@ class CudaBackend final : public Backend {
   void stream_wait_event(StreamHandle s, EventHandle e) override;
   int stream_priority(StreamHandle s) override;
   int stream_device(StreamHandle s) override;
+  std::uint64_t stream_id(StreamHandle s) override;
   void launch_host_task(StreamHandle s, HostTask task) override;
 
   // ---- events ----
@@ -111,6 +116,11 @@ class CudaBackend final : public Backend {
   FunctionHandle module_get_function(ModuleHandle m, const char* name) override;
   void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                      StreamHandle s, void** args) override;
+
+  // ---- math libraries ----
+  void gemm(int device, StreamHandle s, GemmArgs args) override;
+  void* blas_handle(int device) override;
+  void* solver_handle(int device, StreamHandle s) override;
 
   // ---- capture and graphs ----
   void stream_begin_capture(StreamHandle s, CaptureMode mode) override;

@@ -119,6 +119,14 @@ int CudaBackend::stream_device(StreamHandle s) {
   return ordinal_of(dev);
 }
 
+std::uint64_t CudaBackend::stream_id(StreamHandle s) {
+  // The null handle resolves to the legacy stream of the current context, as in CUDA.
+  ensure_context(s, "stream_id");
+  unsigned long long id = 0;
+  check(api("stream_id").cuStreamGetId(cu(s), &id), "cuStreamGetId");
+  return id;
+}
+
 void CudaBackend::launch_host_task(StreamHandle s, HostTask task) {
   ensure_context(s, "launch_host_task");
   const EntryPoints& t = api("launch_host_task");

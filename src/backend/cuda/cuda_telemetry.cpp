@@ -15,7 +15,7 @@ namespace {
 
 const nvml::Api& nvml_api(const char* what) {
   const nvml::State& s = nvml::nvml();
-  if (!s.available) throw NotSupportedError(std::string(what) + ": " + s.reason);
+  if (!s.available()) throw_library_unavailable(s.lib, what);
   return s.api;
 }
 

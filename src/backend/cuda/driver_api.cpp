@@ -1,9 +1,6 @@
 // One-time loading of libcuda.so.1 and resolution of the entry-point table (see the header).
 #include "backend/cuda/driver_api.hpp"
 
-#include <dlfcn.h>
-#include <link.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +49,7 @@ std::string describe(const DriverState& s, CUresult rc) {
 
 void fail(DriverState& s, int code, std::string reason) {
   s.available = false;
+  if (!s.lib.soname().empty()) s.lib.fail(reason);  // loaded but unusable: say why in reports
   s.error_code = code;
   const char* name = nullptr;
   if (s.api.cuGetErrorName) s.api.cuGetErrorName(static_cast<CUresult>(code), &name);
@@ -68,26 +66,22 @@ std::string visible_devices_note() {
 void load(DriverState& s) {
   // Only the real driver's soname: the toolkit's stubs/libcuda.so answers every call with
   // CUDA_ERROR_STUB_LIBRARY, and a bare "libcuda.so" would pick it up from a build tree.
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char* err = dlerror();
+  GetProcAddress get_proc = nullptr;
+  s.lib = load_library({"CUDA driver", {"libcuda.so.1"}, "install the NVIDIA driver"},
+                       {bind_symbol("cuGetProcAddress_v2", get_proc)});
+  if (s.lib.soname().empty()) {
     fail(s, errc::no_device,
-         std::string("libcuda.so.1 not found: no NVIDIA driver on this machine (dlopen: ") +
-             (err ? err : "unknown error") + ")");
+         "libcuda.so.1 not found: no NVIDIA driver on this machine (dlopen: " +
+             s.lib.open_error() + ")");
     return;
   }
-  // Never dlclose: function pointers and driver state live for the whole process.
-  std::string path = "libcuda.so.1";
-  if (link_map* lm = nullptr; dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) {
-    path = lm->l_name;
-  }
+  const std::string& path = s.lib.path();
   if (path.find("/stubs/") != std::string::npos) {
     fail(s, 34, "libcuda.so.1 resolved to the CUDA toolkit's stub library (" + path +
                     "), not a real NVIDIA driver: remove the stubs directory from "
                     "LD_LIBRARY_PATH");
     return;
   }
-  auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
   if (!get_proc) {
     fail(s, errc::not_supported,
          "the NVIDIA driver at " + path +
@@ -120,6 +114,7 @@ void load(DriverState& s) {
     return;
   }
   s.driver_version = version;
+  s.lib.set_version(std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10));
 
   std::string missing;
 #define CUDAKIT_CUDA_RESOLVE(name, pfn_version, request_version, required)                   \

@@ -1,7 +1,8 @@
 // The CUDA driver entry-point table, resolved at run time through cuGetProcAddress.
 //
-// cudakit never links libcuda: the first device call dlopen()s "libcuda.so.1", looks up
-// cuGetProcAddress_v2 with dlsym, and resolves every entry point below through it, once
+// cudakit never links libcuda: the first device call opens "libcuda.so.1" (through the
+// shared loader, library_loader.hpp), looks up cuGetProcAddress_v2, and resolves every entry
+// point below through it, once
 // (std::call_once). Nothing here runs at static-initialisation time or at library load, so
 // importing cudakit never initialises the driver (which would break fork()).
 //
@@ -28,6 +29,8 @@
 #include <cudaTypedefs.h>
 
 #include <string>
+
+#include "backend/library_loader.hpp"
 
 namespace cudakit::detail::cuda {
 
@@ -79,6 +82,7 @@ namespace cudakit::detail::cuda {
   X(cuStreamWaitEvent, 3020, 12080, true)                     \
   X(cuStreamGetPriority, 5050, 12080, true)                   \
   X(cuStreamGetDevice, 12080, 12080, false)                   \
+  X(cuStreamGetId, 12000, 12080, true)                        \
   X(cuStreamGetCtx, 9020, 12000, true)                        \
   X(cuLaunchHostFunc, 10000, 12080, true)                     \
   X(cuEventCreate, 2000, 12080, true)                         \
@@ -143,6 +147,7 @@ struct EntryPoints {
 // Outcome of the one-time load: the table plus why the backend is unusable, if it is.
 struct DriverState {
   EntryPoints api;
+  LoadedLibrary lib;        // libcuda.so.1 (for reports; `available` is the verdict)
   bool available = false;   // library loaded, required symbols resolved, cuInit succeeded
   int error_code = 0;       // CUresult-numbered reason when !available
   std::string error_name;   // e.g. "CUDA_ERROR_NO_DEVICE"

@@ -1,7 +1,5 @@
 #include "backend/cuda/nvml_api.hpp"
 
-#include <dlfcn.h>
-
 #include <mutex>
 
 #include "cudakit/error.hpp"
@@ -9,49 +7,45 @@
 namespace cudakit::detail::cuda::nvml {
 namespace {
 
-template <class Fn>
-void bind(void* lib, Fn& fn, const char* symbol) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
-}
-
 void load(State& s) {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char* err = dlerror();
-    s.reason = std::string("libnvidia-ml.so.1 not found: NVML (part of the NVIDIA driver) is "
-                           "needed for device telemetry (dlopen: ") +
-               (err ? err : "unknown error") + ")";
-    return;
-  }
   Api& a = s.api;
-  bind(lib, a.nvmlInit_v2, "nvmlInit_v2");
-  bind(lib, a.nvmlErrorString, "nvmlErrorString");
-  bind(lib, a.nvmlDeviceGetHandleByPciBusId_v2, "nvmlDeviceGetHandleByPciBusId_v2");
-  bind(lib, a.nvmlDeviceGetUtilizationRates, "nvmlDeviceGetUtilizationRates");
-  bind(lib, a.nvmlDeviceGetTemperature, "nvmlDeviceGetTemperature");
-  bind(lib, a.nvmlDeviceGetPowerUsage, "nvmlDeviceGetPowerUsage");
-  bind(lib, a.nvmlDeviceGetClockInfo, "nvmlDeviceGetClockInfo");
-  bind(lib, a.nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo");
-  bind(lib, a.nvmlDeviceGetComputeRunningProcesses_v3, "nvmlDeviceGetComputeRunningProcesses_v3");
-  if (!a.nvmlDeviceGetComputeRunningProcesses_v3) {
-    bind(lib, a.nvmlDeviceGetComputeRunningProcesses_v2,
-         "nvmlDeviceGetComputeRunningProcesses_v2");
-    if (!a.nvmlDeviceGetComputeRunningProcesses_v2) {
-      bind(lib, a.nvmlDeviceGetComputeRunningProcesses, "nvmlDeviceGetComputeRunningProcesses");
-    }
-  }
-  if (!a.nvmlInit_v2 || !a.nvmlDeviceGetHandleByPciBusId_v2) {
-    s.reason = "libnvidia-ml.so.1 is too old (no nvmlInit_v2 / "
-               "nvmlDeviceGetHandleByPciBusId_v2): update the NVIDIA driver";
-    return;
+  s.lib = load_library(
+      {"NVML", {"libnvidia-ml.so.1"},
+       "NVML ships with the NVIDIA driver and is needed for device telemetry"},
+      {bind_symbol("nvmlInit_v2", a.nvmlInit_v2),
+       bind_symbol("nvmlErrorString", a.nvmlErrorString, false),
+       bind_symbol("nvmlSystemGetNVMLVersion", a.nvmlSystemGetNVMLVersion, false),
+       bind_symbol("nvmlDeviceGetHandleByPciBusId_v2", a.nvmlDeviceGetHandleByPciBusId_v2),
+       bind_symbol("nvmlDeviceGetUtilizationRates", a.nvmlDeviceGetUtilizationRates, false),
+       bind_symbol("nvmlDeviceGetTemperature", a.nvmlDeviceGetTemperature, false),
+       bind_symbol("nvmlDeviceGetPowerUsage", a.nvmlDeviceGetPowerUsage, false),
+       bind_symbol("nvmlDeviceGetClockInfo", a.nvmlDeviceGetClockInfo, false),
+       bind_symbol("nvmlDeviceGetMemoryInfo", a.nvmlDeviceGetMemoryInfo, false),
+       bind_symbol("nvmlDeviceGetComputeRunningProcesses_v3",
+                   a.nvmlDeviceGetComputeRunningProcesses_v3, false),
+       bind_symbol("nvmlDeviceGetComputeRunningProcesses_v2",
+                   a.nvmlDeviceGetComputeRunningProcesses_v2, false),
+       bind_symbol("nvmlDeviceGetComputeRunningProcesses",
+                   a.nvmlDeviceGetComputeRunningProcesses, false)});
+  if (!s.lib.available()) return;
+  // Newest process query only: the older ones would be called with the wrong struct.
+  if (a.nvmlDeviceGetComputeRunningProcesses_v3) {
+    a.nvmlDeviceGetComputeRunningProcesses_v2 = nullptr;
+    a.nvmlDeviceGetComputeRunningProcesses = nullptr;
+  } else if (a.nvmlDeviceGetComputeRunningProcesses_v2) {
+    a.nvmlDeviceGetComputeRunningProcesses = nullptr;
   }
   Return rc = a.nvmlInit_v2();
   if (rc != kSuccess) {
     const char* text = a.nvmlErrorString ? a.nvmlErrorString(rc) : nullptr;
-    s.reason = "nvmlInit_v2 failed: " + (text ? std::string(text) : "error " + std::to_string(rc));
+    s.lib.fail("nvmlInit_v2 failed: " + (text ? std::string(text) : "error " + std::to_string(rc)));
     return;
   }
-  s.available = true;
+  char version[96] = {};
+  if (a.nvmlSystemGetNVMLVersion &&
+      a.nvmlSystemGetNVMLVersion(version, sizeof version) == kSuccess) {
+    s.lib.set_version(version);
+  }
 }
 
 }  // namespace
@@ -59,13 +53,7 @@ void load(State& s) {
 const State& nvml() noexcept {
   static State* state = new State();  // leaked: usable during static destruction
   static std::once_flag once;
-  std::call_once(once, [] {
-    try {
-      load(*state);
-    } catch (...) {
-      state->available = false;
-    }
-  });
+  std::call_once(once, [] { load(*state); });  // load() never throws
   return *state;
 }
 

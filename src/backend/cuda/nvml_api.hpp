@@ -8,10 +8,14 @@
 //   = {uint pid; ull usedGpuMemory; uint gpuInstanceId, computeInstanceId}, while the
 //   unversioned query fills the older {uint pid; ull usedGpuMemory}.
 //
+// Loaded through the shared loader (library_loader.hpp).
+//
 // Thread-safety: nvml() loads once (call_once) and NVML itself is thread-safe.
 #pragma once
 
 #include <string>
+
+#include "backend/library_loader.hpp"
 
 namespace cudakit::detail::cuda::nvml {
 
@@ -38,6 +42,7 @@ struct ProcessInfoV2 {
 struct Api {
   Return (*nvmlInit_v2)() = nullptr;
   const char* (*nvmlErrorString)(Return) = nullptr;
+  Return (*nvmlSystemGetNVMLVersion)(char*, unsigned int) = nullptr;
   Return (*nvmlDeviceGetHandleByPciBusId_v2)(const char*, Device*) = nullptr;
   Return (*nvmlDeviceGetUtilizationRates)(Device, Utilization*) = nullptr;
   Return (*nvmlDeviceGetTemperature)(Device, int /*nvmlTemperatureSensors_t*/, unsigned int*) = nullptr;
@@ -52,12 +57,12 @@ struct Api {
 
 struct State {
   Api api;
-  bool available = false;
-  std::string reason;  // why NVML is unusable, "" when available
+  LoadedLibrary lib;  // lib.available(): loaded, required symbols found, nvmlInit_v2 succeeded
+  bool available() const noexcept { return lib.available(); }
 };
 
-// dlopen("libnvidia-ml.so.1") + nvmlInit_v2, once. Never throws. NVML is never shut down:
-// doing so at exit would call into the driver during teardown.
+// Loads libnvidia-ml.so.1 + nvmlInit_v2, once. Never throws. NVML is never shut down: doing
+// so at exit would call into the driver during teardown.
 const State& nvml() noexcept;
 
 // "<what>: <nvmlErrorString>" thrown as NotSupportedError (NVML_ERROR_NOT_SUPPORTED) or Error.

@@ -1,4 +1,5 @@
-// Emulated backend: factory, identity, devices, and the (unsupported) kernel entry points.
+// Emulated backend: factory, identity, capabilities, devices, and the (unsupported) kernel
+// entry points.
 #include <cstdlib>
 #include <cstring>
 
@@ -24,12 +25,25 @@ int& thread_current_device() {
 }
 
 EmulatedBackend::EmulatedBackend(Config config) : config_(config) {
-  for (int i = 0; i < config_.devices; ++i) {
+  std::vector<int> machine;
+  for (int i = 0; i < config_.devices; ++i) machine.push_back(i);
+  for (int ordinal : config_.visible.value_or(machine)) {
     auto d = std::make_unique<Device>();
-    d->index = i;
+    d->index = static_cast<int>(devices_.size());
+    d->machine_ordinal = ordinal;
     d->limit = config_.memory_per_device;
     devices_.push_back(std::move(d));
   }
+}
+
+BackendCapabilities EmulatedBackend::capabilities() const noexcept {
+  BackendCapabilities c;
+  c.host_addressable_device_memory = true;
+  c.runs_kernels = false;
+  c.vendor_math_handles = false;
+  c.cross_process_ipc = false;
+  c.hardware_telemetry = false;
+  return c;
 }
 
 Device& EmulatedBackend::dev(int device) {
@@ -37,7 +51,8 @@ Device& EmulatedBackend::dev(int device) {
     throw_accelerator_error(errc::invalid_device,
                             "emulated backend: device " + std::to_string(device) +
                                 " does not exist (" + std::to_string(devices_.size()) +
-                                " emulated devices; set CUDAKIT_EMULATED_DEVICES for more)");
+                                " visible emulated devices; CUDAKIT_EMULATED_DEVICES and "
+                                "CUDA_VISIBLE_DEVICES decide which exist)");
   }
   return *devices_[static_cast<std::size_t>(device)];
 }
@@ -69,19 +84,10 @@ DeviceInfo EmulatedBackend::device_info(int device) {
   info.memory_clock_rate = 2619000;
   info.memory_bus_width = 5120;
   info.pci_domain_id = 0;
-  info.pci_bus_id = 0x10 + device;
+  // Identity follows the machine ordinal, as CUDA_VISIBLE_DEVICES remaps indices only.
+  info.pci_bus_id = 0x10 + d.machine_ordinal;
   info.pci_device_id = 0;
-  // Deterministic per index, marked as a version-4-style UUID so tools print it normally.
-  std::uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(device + 1);
-  unsigned char raw[16];
-  for (int i = 0; i < 16; ++i) {
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    raw[i] = static_cast<unsigned char>(x >> 56);
-  }
-  raw[6] = static_cast<unsigned char>((raw[6] & 0x0F) | 0x40);
-  raw[8] = static_cast<unsigned char>((raw[8] & 0x3F) | 0x80);
-  info.uuid = uuid_string(raw);
+  info.uuid = device_uuid(d.machine_ordinal);
   return info;
 }
 

@@ -1,11 +1,14 @@
 // Environment parsing for the emulated backend (see config.hpp).
 #include "backend/emulated/config.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::detail::emulated {
@@ -55,7 +58,71 @@ std::size_t parse_memory_size(const std::string& text, const char* variable) {
   return static_cast<std::size_t>(std::llround(value));
 }
 
-Config parse_config(const char* devices, const char* memory, const char* capability) {
+std::string device_uuid(int ordinal) {
+  // A splitmix-style hash of the ordinal, marked as a version-4 UUID so tools print it as one.
+  std::uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(ordinal + 1);
+  unsigned char raw[16];
+  for (int i = 0; i < 16; ++i) {
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    raw[i] = static_cast<unsigned char>(x >> 56);
+  }
+  raw[6] = static_cast<unsigned char>((raw[6] & 0x0F) | 0x40);
+  raw[8] = static_cast<unsigned char>((raw[8] & 0x3F) | 0x80);
+  return uuid_string(raw);
+}
+
+std::vector<int> parse_visible_devices(const char* text, int machine_devices) {
+  std::vector<int> out;
+  if (text == nullptr) {
+    for (int i = 0; i < machine_devices; ++i) out.push_back(i);
+    return out;
+  }
+  auto trim = [](std::string s) {
+    std::size_t b = 0, e = s.size();
+    while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+    while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+    return s.substr(b, e - b);
+  };
+  std::vector<std::string> entries;
+  std::string all = text;
+  for (std::size_t pos = 0;;) {
+    std::size_t comma = all.find(',', pos);
+    const std::size_t len = comma == std::string::npos ? std::string::npos : comma - pos;
+    entries.push_back(trim(all.substr(pos, len)));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  const bool by_uuid = entries.front().rfind("GPU-", 0) == 0;
+  for (const std::string& e : entries) {
+    int ordinal = -1;
+    if (by_uuid) {
+      if (e.rfind("GPU-", 0) != 0 || e.size() == 4) break;
+      const std::string prefix = trim_lower(e.substr(4));
+      for (int i = 0; i < machine_devices; ++i) {
+        if (device_uuid(i).rfind(prefix, 0) != 0) continue;
+        ordinal = ordinal == -1 ? i : -2;  // -2: ambiguous
+      }
+    } else {
+      // strtoul-like: an optional sign, then the leading digits ("1gpu" reads as 1).
+      std::size_t i = (!e.empty() && (e[0] == '+' || e[0] == '-')) ? 1 : 0;
+      std::size_t digits = i;
+      while (digits < e.size() && std::isdigit(static_cast<unsigned char>(e[digits]))) ++digits;
+      if (digits > i && digits - i <= 9) {
+        ordinal = std::atoi(e.substr(i, digits - i).c_str());
+        if (e[0] == '-') ordinal = -ordinal - (ordinal == 0 ? 1 : 0);  // "-0" also stops
+      }
+      if (ordinal >= machine_devices) ordinal = -1;
+    }
+    if (ordinal < 0) break;
+    if (std::find(out.begin(), out.end(), ordinal) != out.end()) return {};
+    out.push_back(ordinal);
+  }
+  return out;
+}
+
+Config parse_config(const char* devices, const char* memory, const char* capability,
+                    const char* visible_devices) {
   Config c;
   if (devices && *devices) {
     std::string s = trim_lower(devices);
@@ -90,13 +157,15 @@ Config parse_config(const char* devices, const char* memory, const char* capabil
     c.major = major;
     c.minor = minor;
   }
+  if (visible_devices) c.visible = parse_visible_devices(visible_devices, c.devices);
   return c;
 }
 
 Config config_from_env() {
   return parse_config(std::getenv("CUDAKIT_EMULATED_DEVICES"),
                       std::getenv("CUDAKIT_EMULATED_MEMORY"),
-                      std::getenv("CUDAKIT_EMULATED_CAPABILITY"));
+                      std::getenv("CUDAKIT_EMULATED_CAPABILITY"),
+                      std::getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 }  // namespace cudakit::detail::emulated

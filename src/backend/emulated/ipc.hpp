@@ -1,6 +1,7 @@
-// In-process IPC handle encoding shared by events.cpp and memory.cpp. The emulated device
-// lives in this process's memory, so a handle can only be opened by the process that made
-// it; another process gets NotSupported with an explanation.
+// IPC handle encoding shared by events.cpp and memory.cpp. The emulated device lives in this
+// process's memory, so another process cannot open a handle (NotSupported, with an
+// explanation); event handles open in the process that made them, memory handles nowhere
+// (CUDA refuses them in the exporting process).
 #pragma once
 
 #include <unistd.h>

@@ -1,6 +1,7 @@
 // Emulated device memory: aligned host memory accounted against each device's limit, a
 // range map for pointer→device queries, pinned host memory, stream-ordered allocation and
-// in-process memory IPC.
+// memory IPC handles (exported, but opened nowhere: not in the exporting process, as CUDA,
+// and not in another one, which cannot see this process's memory).
 #include <cstdlib>
 
 #include "backend/emulated/ipc.hpp"
@@ -154,21 +155,28 @@ IpcHandle EmulatedBackend::mem_ipc_handle(void* ptr) {
 }
 
 void* EmulatedBackend::mem_open_ipc(const IpcHandle& h) {
-  IpcPayload p = decode_ipc(h, 2, "mem_open_ipc");
-  std::shared_lock lock(ranges_mu_);
-  auto it = ranges_.find(p.id);
-  if (it == ranges_.end() || it->second.end - it->first != p.extra) {
-    throw_accelerator_error(errc::invalid_value,
-                            "mem_open_ipc: the shared allocation has been freed");
+  IpcPayload p = decode_ipc(h, 2, "mem_open_ipc");  // another process's handle: not_supported
+  {
+    std::shared_lock lock(ranges_mu_);
+    auto it = ranges_.find(p.id);
+    if (it == ranges_.end() || it->second.end - it->first != p.extra) {
+      throw_accelerator_error(errc::invalid_value,
+                              "mem_open_ipc: the shared allocation has been freed");
+    }
   }
-  return reinterpret_cast<void*>(p.id);
+  // As CUDA: a memory handle cannot be opened by the process that exported it. Refusing here
+  // too keeps callers free of a per-backend branch (the exporter uses its own pointer).
+  throw_accelerator_error(errc::invalid_context,
+                          "mem_open_ipc: this IPC handle was exported by this process, and a "
+                          "memory handle cannot be opened in the exporting process (CUDA "
+                          "answers CUDA_ERROR_INVALID_CONTEXT); use the original pointer here");
+  return nullptr;
 }
 
-void EmulatedBackend::mem_close_ipc(void* ptr) {
-  if (pointer_device(ptr) < 0) {
-    throw_accelerator_error(errc::invalid_value,
-                            "mem_close_ipc: pointer was not opened with mem_open_ipc");
-  }
+void EmulatedBackend::mem_close_ipc(void*) {
+  // mem_open_ipc never succeeds here, so no pointer can have come from it.
+  throw_accelerator_error(errc::invalid_value,
+                          "mem_close_ipc: pointer was not opened with mem_open_ipc");
 }
 
 }  // namespace cudakit::detail::emulated

@@ -8,8 +8,9 @@
 //   events.cpp    events, timing, event IPC
 //   capture.cpp   stream capture (fork/join, invalidation)
 //   graphs.cpp    graph inspection, instantiate, replay, DOT output
-//   telemetry.cpp utilization and memory telemetry
-//   profiler.cpp  profiler start/stop (recorded state only)
+//   telemetry.cpp the telemetry model (utilization measured, sensors derived from it)
+//   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
+//   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -40,7 +41,6 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/config.hpp"
-#include "backend/emulated/emulated_control.hpp"
 
 namespace cudakit::detail::emulated {
 
@@ -67,6 +67,7 @@ struct Stream : std::enable_shared_from_this<Stream> {
   int priority = 0;
   unsigned flags = 0;
   bool legacy = false;  // the per-device legacy default stream
+  std::uint64_t id = 0;  // process-unique, never reused (stream_id)
 
   std::mutex mu;
   std::condition_variable cv_work;  // worker: new op or destroy
@@ -87,8 +88,21 @@ struct Stream : std::enable_shared_from_this<Stream> {
   ~Stream() { magic = 0; }
 };
 
+// Busy time of a set of workers over the last `window` (union of their running intervals).
+class BusyWindow {
+ public:
+  void note(bool start);           // a worker starts / stops running a task
+  int percent();                   // % of the last window some worker was busy, 0..100
+ private:
+  std::mutex mu_;
+  int busy_ = 0;
+  Clock::time_point busy_since_{};
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> intervals_;
+};
+
 struct Device {
-  int index = 0;
+  int index = 0;            // visible ordinal
+  int machine_ordinal = 0;  // ordinal before CUDA_VISIBLE_DEVICES (identity: uuid, PCI bus)
   std::size_t limit = 0;
   std::atomic<std::size_t> used{0};
 
@@ -97,11 +111,8 @@ struct Device {
   std::shared_ptr<Stream> legacy;                // created lazily
   std::atomic<bool> legacy_used{false};
 
-  // Telemetry: union of busy intervals of this device's workers (last ~100 ms).
-  std::mutex tmu;
-  int busy = 0;
-  Clock::time_point busy_since{};
-  std::deque<std::pair<Clock::time_point, Clock::time_point>> intervals;
+  // Telemetry: any task running (utilization), a copy or memset running (memory_usage).
+  BusyWindow compute, memory;
 };
 
 struct TimeSlot {
@@ -178,6 +189,8 @@ class EmulatedBackend final : public Backend {
   int device_count() noexcept override { return static_cast<int>(devices_.size()); }
   std::string unavailable_reason() noexcept override { return ""; }
   int driver_version() noexcept override { return 13000; }
+  BackendCapabilities capabilities() const noexcept override;
+  std::vector<LibraryInfo> optional_libraries() noexcept override;
 
   void set_current_device(int device) override;
   int current_device() override;
@@ -222,6 +235,7 @@ class EmulatedBackend final : public Backend {
   void stream_wait_event(StreamHandle s, EventHandle e) override;
   int stream_priority(StreamHandle s) override;
   int stream_device(StreamHandle s) override;
+  std::uint64_t stream_id(StreamHandle s) override;
   void launch_host_task(StreamHandle s, HostTask task) override;
   void launch_host_kernel(StreamHandle s, const char* kernel_name, HostTask task) override;
 
@@ -243,6 +257,10 @@ class EmulatedBackend final : public Backend {
   void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                      StreamHandle s, void** args) override;
 
+  void gemm(int device, StreamHandle s, GemmArgs args) override;
+  void* blas_handle(int device) override;
+  void* solver_handle(int device, StreamHandle s) override;
+
   void stream_begin_capture(StreamHandle s, CaptureMode mode) override;
   GraphHandle stream_end_capture(StreamHandle s) override;
   CaptureStatus stream_capture_status(StreamHandle s, std::uint64_t* capture_id) override;
@@ -260,7 +278,6 @@ class EmulatedBackend final : public Backend {
 
   void profiler_start() override;
   void profiler_stop() override;
-  EmulatedProfilerState profiler_state() const noexcept;
 
  private:
   // ---- devices ----
@@ -300,7 +317,7 @@ class EmulatedBackend final : public Backend {
   void throw_if_failed(Stream& s);  // sticky task errors
   void sync_stream(Stream& s);
   bool reached(Stream& s, std::uint64_t seq);
-  void note_busy(Device& d, bool start);
+  std::atomic<std::uint64_t> next_stream_id_{1};
   // ---- capture ----
   // Records a node when `s` is capturing (returns true); throws if the capture is invalid.
   // `fn` is moved from only when a node is recorded.
@@ -337,9 +354,6 @@ class EmulatedBackend final : public Backend {
 
   Config config_;
   std::vector<std::unique_ptr<Device>> devices_;
-  // ---- profiler control (profiler.cpp): recorded only, nothing to profile ----
-  std::atomic<bool> profiler_active_{false};
-  std::atomic<std::uint64_t> profiler_starts_{0}, profiler_stops_{0};
 };
 
 // Throws AcceleratorError(code) with context `what` (CUresult numbering, error.hpp).
@@ -349,7 +363,8 @@ class EmulatedBackend final : public Backend {
 int& thread_current_device();
 
 // Runs a captured host-task node during replay. A named, exported function so graph
-// inspection can report a host node's function address and symbol (host_fn_addr/name).
-void run_host_node(const HostTask& fn);
+// inspection can report a host node's function address and symbol (host_fn_addr/name):
+// exported despite the library's hidden visibility, so dladdr can name it.
+CUDAKIT_INTERNAL_API void run_host_node(const HostTask& fn);
 
 }  // namespace cudakit::detail::emulated

@@ -34,6 +34,7 @@ Stream& EmulatedBackend::legacy_stream(Device& d) {
     auto s = std::make_shared<Stream>();
     s->device = &d;
     s->legacy = true;
+    s->id = next_stream_id_.fetch_add(1, std::memory_order_relaxed);
     d.legacy = std::move(s);
     d.legacy_used.store(true, std::memory_order_release);
   }
@@ -80,7 +81,7 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     // After exit() began, statics the task may touch are being destroyed: skip the work
     // (ops still complete so nothing waits forever).
     if (op.fn && !is_shutting_down()) {
-      note_busy(d, true);
+      d.compute.note(true);
       try {
         op.fn();
       } catch (const std::exception& e) {
@@ -89,7 +90,7 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
       } catch (...) {
         err = "unknown exception";
       }
-      note_busy(d, false);
+      d.compute.note(false);
     }
     op = Op{};  // drop captured state before signalling completion
     lk.lock();
@@ -185,6 +186,7 @@ StreamHandle EmulatedBackend::stream_create(int device, int priority, unsigned f
   }
   auto s = std::make_shared<Stream>();
   s->device = &d;
+  s->id = next_stream_id_.fetch_add(1, std::memory_order_relaxed);
   s->priority = priority > 0 ? 0 : (priority < -5 ? -5 : priority);  // clamp as CUDA does
   s->flags = flags;
   {
@@ -308,6 +310,8 @@ int EmulatedBackend::stream_priority(StreamHandle h) { return resolve(h)->priori
 
 int EmulatedBackend::stream_device(StreamHandle h) { return resolve(h)->device->index; }
 
+std::uint64_t EmulatedBackend::stream_id(StreamHandle h) { return resolve(h)->id; }
+
 void EmulatedBackend::launch_host_task(StreamHandle h, HostTask task) {
   if (!task) fail(errc::invalid_value, "launch_host_task: empty task");
   Stream* s = resolve(h);
@@ -333,7 +337,12 @@ void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes
   if (dst == nullptr || src == nullptr) {
     fail(errc::invalid_value, "memcpy_async: null pointer with a non-zero size");
   }
-  HostTask fn = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  Device* d = s->device;
+  HostTask fn = [d, dst, src, bytes] {
+    d->memory.note(true);
+    std::memmove(dst, src, bytes);
+    d->memory.note(false);
+  };
   if (capture_node(*s, GraphNodeType::memcpy, "memcpy " + std::to_string(bytes) + " B",
                    std::move(fn))) {
     return;
@@ -346,7 +355,12 @@ void EmulatedBackend::memset_d8_async(void* dst, unsigned char value, std::size_
   Stream* s = resolve(h);
   if (bytes == 0) return;
   if (dst == nullptr) fail(errc::invalid_value, "memset_d8_async: null pointer");
-  HostTask fn = [dst, value, bytes] { std::memset(dst, value, bytes); };
+  Device* d = s->device;
+  HostTask fn = [d, dst, value, bytes] {
+    d->memory.note(true);
+    std::memset(dst, value, bytes);
+    d->memory.note(false);
+  };
   if (capture_node(*s, GraphNodeType::memset, "memset " + std::to_string(bytes) + " B",
                    std::move(fn))) {
     return;

@@ -1,7 +1,6 @@
 // Elementwise comparisons (== != < <= > >=, bool results) and pow, written once for the CPU
 // executor (cpu_kernels.cpp) and the CUDA kernels (src/kernels/ops.cu), like the arithmetic
-// in elementwise_common.hpp. A header of their own so that file's portable half can move to
-// src/kernels without this change riding along; they share its types and CK_HD.
+// in elementwise.hpp, whose types and CK_HD they share.
 //
 // Operands arrive already promoted to one dtype (torch's result_type); comparisons write
 // bool, pow writes the promoted dtype. Ordering comparisons and pow on bool are rejected
@@ -13,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/elementwise_common.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace cudakit::ops {
 

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/elementwise_common.hpp"
+#include "kernels/numeric.hpp"
 
 namespace cudakit::rng {
 

@@ -1,0 +1,112 @@
+// CudaBackend: capabilities, the optional-library report, and the math libraries (cuBLAS
+// GEMM, cuBLAS / cuSOLVER handles).
+//
+// Handles are per (thread, device), created on first use in the device's primary context and
+// never destroyed: destroying them at thread or process exit would call into the driver
+// during teardown (backend.hpp), and torch keeps its handle pools alive the same way.
+#include <unordered_map>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/math_libraries.hpp"
+#include "backend/cuda/nvml_api.hpp"
+#include "cudakit/error.hpp"
+
+namespace cudakit::detail::cuda {
+namespace {
+
+void check_status(int status, const char* library, const char* call) {
+  if (status != 0) {
+    throw Error(std::string(call) + " failed with " + library + " status " +
+                std::to_string(status));
+  }
+}
+
+const CublasApi& cublas_api(const char* what) {
+  const Cublas& c = cublas();
+  if (!c.lib.available()) throw_library_unavailable(c.lib, what);
+  return c.api;
+}
+
+}  // namespace
+
+BackendCapabilities CudaBackend::capabilities() const noexcept {
+  BackendCapabilities c;
+  c.host_addressable_device_memory = false;
+  c.runs_kernels = true;
+  c.vendor_math_handles = true;
+  c.cross_process_ipc = true;
+  c.hardware_telemetry = true;
+  return c;
+}
+
+std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
+  std::vector<LibraryInfo> out;
+  try {
+    out.push_back(driver().lib.info());
+    out.push_back(nvml::nvml().lib.info());
+    out.push_back(cublas().lib.info());
+    out.push_back(cusolver().lib.info());
+  } catch (...) {  // allocation failure while copying strings: report what we have
+  }
+  return out;
+}
+
+void* CudaBackend::blas_handle(int device) {
+  const CublasApi& c = cublas_api("current_blas_handle");
+  thread_local std::unordered_map<int, void*> handles;
+  if (auto it = handles.find(device); it != handles.end()) return it->second;
+  ContextScope scope(*this, device, "current_blas_handle");  // handles bind to the current device
+  void* h = nullptr;
+  check_status(c.cublasCreate_v2(&h), "cuBLAS", "cublasCreate");
+  handles.emplace(device, h);
+  return h;
+}
+
+void* CudaBackend::solver_handle(int device, StreamHandle s) {
+  const Cusolver& lib = cusolver();
+  if (!lib.lib.available()) throw_library_unavailable(lib.lib, "current_solver_handle");
+  thread_local std::unordered_map<int, void*> handles;
+  void*& h = handles[device];
+  if (!h) {
+    ContextScope scope(*this, device, "current_solver_handle");
+    if (int rc = lib.api.cusolverDnCreate(&h); rc != 0) {
+      h = nullptr;
+      check_status(rc, "cuSOLVER", "cusolverDnCreate");
+    }
+  }
+  check_status(lib.api.cusolverDnSetStream(h, s), "cuSOLVER", "cusolverDnSetStream");
+  return h;
+}
+
+void CudaBackend::gemm(int device, StreamHandle s, GemmArgs g) {
+  g.keep_alive.reset();  // the caching allocator orders reuse of the operands on `s`
+  int type = kCudaR32F, compute = kCublasCompute32F;
+  float alpha_f = 1.f, beta_f = 0.f;
+  double alpha_d = 1.0, beta_d = 0.0;
+  const void* alpha = &alpha_f;
+  const void* beta = &beta_f;
+  switch (g.type) {
+    case GemmType::float32:
+      compute = g.allow_tf32 ? kCublasCompute32FFastTF32 : kCublasCompute32F;
+      break;
+    case GemmType::float16: type = kCudaR16F; break;
+    case GemmType::bfloat16: type = kCudaR16BF; break;
+    case GemmType::float64:
+      type = kCudaR64F;
+      compute = kCublasCompute64F;
+      alpha = &alpha_d;
+      beta = &beta_d;
+      break;
+  }
+  const CublasApi& c = cublas_api("matmul");
+  void* h = blas_handle(device);
+  ContextScope scope(*this, device, "matmul");
+  check_status(c.cublasSetStream_v2(h, s), "cuBLAS", "cublasSetStream");
+  check_status(c.cublasGemmEx(h, g.transpose_a ? kCublasOpT : kCublasOpN,
+                              g.transpose_b ? kCublasOpT : kCublasOpN, g.m, g.n, g.k, alpha, g.a,
+                              type, g.lda, g.b, type, g.ldb, beta, g.c, type, g.ldc, compute,
+                              kCublasGemmDefault),
+               "cuBLAS", "cublasGemmEx");
+}
+
+}  // namespace cudakit::detail::cuda
