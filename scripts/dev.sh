@@ -64,10 +64,10 @@ case "$mode" in
     echo "== tests on the emulated backend"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
     if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
-      echo "== ThreadSanitizer: streams, emulated backend, allocator threads and fuzz (scaled down)"
-      sanitize thread "$BUILD_DIR-tsan" test_streams test_emulated_backend test_memory_threads test_memory_fuzz test_memory_history
+      echo "== ThreadSanitizer: streams, emulated backend, allocator threads/stress and fuzz (scaled down)"
+      sanitize thread "$BUILD_DIR-tsan" test_streams test_emulated_backend test_memory_threads test_memory_stress test_memory_fuzz test_memory_history
       echo "== AddressSanitizer+UBSan: allocator (fuzz scaled down), OOM, pluggable, streams"
-      sanitize address,undefined "$BUILD_DIR-asan" test_memory_oom test_memory_allocator test_memory_pluggable test_streams test_memory_fuzz test_memory_history test_memory_free_index test_memory_host test_tensor_async_copy
+      sanitize address,undefined "$BUILD_DIR-asan" test_memory_oom test_memory_allocator test_memory_pluggable test_streams test_memory_fuzz test_memory_history test_memory_free_index test_memory_host test_tensor_async_copy test_memory_stress test_memory_sizes
     fi
     if gpu_present; then
       echo "== tests on the cuda backend"
