@@ -52,38 +52,46 @@ AllocatorConfig settings_in_force() {
 
 void apply_allocator_settings(const std::string& text) {
   warn_about_env_config_once();  // the environment's warnings come first, once
-  std::vector<std::string> warnings;
+  // g_apply_mutex orders concurrent calls (allocators end with the settings stored last);
+  // g_create_mutex is held only to check and store, so allocator locks are never taken under
+  // it (a pool's plug-in allocator may create another device's allocator under its lock).
+  static std::mutex g_apply_mutex;
+  std::lock_guard apply(g_apply_mutex);
+  AllocatorConfig next;
+  std::vector<DeviceAllocator*> live;
   {
     std::lock_guard lock(g_create_mutex);
     const AllocatorConfig cur = config();
-    AllocatorConfig next = AllocatorConfig::parse_over(cur, text, "set_allocator_settings");
-    const std::vector<DeviceAllocator*> live = existing_allocators();
+    next = AllocatorConfig::parse_over(cur, text, "set_allocator_settings");
+    live = existing_allocators();
+    // Init-only keys: the allocators run with the values in `cur` (they were created from
+    // it, and nothing changed them since).
     if (!live.empty()) {
-      const AllocatorConfig running = live.front()->settings();
       for (const std::string& key : next.keys) {
         if (key_scope(key) != KeyScope::init) continue;
-        const bool same = key == "backend" ? next.backend == running.backend
+        const bool same = key == "backend" ? next.backend == cur.backend
                           : key == "expandable_segments"
-                              ? next.expandable_segments == running.expandable_segments
-                              : next.max_split_size == running.max_split_size;
+                              ? next.expandable_segments == cur.expandable_segments
+                              : next.max_split_size == cur.max_split_size;
         if (!same)
           throw ValueError("set_allocator_settings: '" + key + "' cannot change once a device "
                            "allocator exists (it is fixed at the first device allocation): set "
                            "it in CUDAKIT_ALLOC_CONF before the process allocates");
       }
     }
-    const bool fraction_given = std::find(next.keys.begin(), next.keys.end(),
-                                          "per_process_memory_fraction") != next.keys.end();
-    for (DeviceAllocator* a : live) {
-      a->apply_settings(next);
-      if (fraction_given) a->set_memory_fraction(next.per_process_memory_fraction);
-    }
-    host_allocator().apply_settings(next);
-    warnings.swap(next.warnings);
-    next.keys.clear();
-    store_config(next);
+    AllocatorConfig stored = next;
+    stored.keys.clear();
+    stored.warnings.clear();
+    store_config(stored);
   }
-  for (const std::string& w : warnings) warn(w);
+  const bool fraction_given = std::find(next.keys.begin(), next.keys.end(),
+                                        "per_process_memory_fraction") != next.keys.end();
+  for (DeviceAllocator* a : live) {
+    a->apply_settings(next);
+    if (fraction_given) a->set_memory_fraction(next.per_process_memory_fraction);
+  }
+  host_allocator().apply_settings(next);
+  for (const std::string& w : next.warnings) warn(w);
 }
 
 std::vector<DeviceAllocator*> existing_allocators() {
