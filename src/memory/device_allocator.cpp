@@ -25,6 +25,8 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
       active_(&node_resource_) {
   active_.reserve(4096);
   quick_on_.store(cfg_.quick_cache, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < divisions_.size(); ++i)
+    divisions_[i].store(cfg_.roundup_power2_divisions[i], std::memory_order_relaxed);
   total_memory_ = backend_.mem_get_info(device_).total;
   max_request_ = std::min(total_memory_, kMaxRequest);
   stats_.set_max_split_size(cfg_.max_split_size);
@@ -87,7 +89,9 @@ void DeviceAllocator::recycle(Block* b) {
 std::size_t DeviceAllocator::round_size(std::size_t size) const {
   // size <= kMaxRequest (malloc checked it): none of the additions below can overflow.
   if (size < kMinBlockSize) return kMinBlockSize;
-  unsigned div = cfg_.divisions_for(size);
+  const std::size_t mb = size / kMiB;  // bucket: floor(log2(size in MiB)), as divisions_for
+  const unsigned div =
+      divisions_[mb == 0 ? 0 : 63 - __builtin_clzll(mb)].load(std::memory_order_relaxed);
   if (div > 1 && size > kMinBlockSize * div) {
     // Round up to the next of `div` equal steps between powers of two (torch's
     // roundup_power2_divisions), limiting the number of distinct sizes.
@@ -173,11 +177,12 @@ bool DeviceAllocator::quick_enabled() const noexcept {
 }
 
 Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle stream) {
+  const std::size_t size = round_size(orig_size);  // before locking: a short critical section
   std::lock_guard g(fast_lock_);
   // Pool routes and pending record_stream events need the full path (routing decisions,
   // and reuse order after events complete).
   if (!routes_.empty() || !pending_.empty()) return nullptr;
-  Block* b = quick_.take(stream, round_size(orig_size));  // rounding reads live settings
+  Block* b = quick_.take(stream, size);
   if (!b) return nullptr;
   b->requested = orig_size;
   stats_.alloc(b->pool->is_small, b->size, orig_size, oversize(b->size));
@@ -547,6 +552,8 @@ void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
   cfg_.garbage_collection_threshold = c.garbage_collection_threshold;
   cfg_.max_non_split_rounding = c.max_non_split_rounding;
   cfg_.roundup_power2_divisions = c.roundup_power2_divisions;
+  for (std::size_t i = 0; i < divisions_.size(); ++i)
+    divisions_[i].store(c.roundup_power2_divisions[i], std::memory_order_relaxed);
   cfg_.expandable_chunk_pages = c.expandable_chunk_pages;
   cfg_.expandable_slack_div = c.expandable_slack_div;
   cfg_.quick_cache = c.quick_cache;

@@ -33,6 +33,7 @@
 // unlocking, and the state is re-validated when the lock is taken again.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -218,6 +219,10 @@ class DeviceAllocator {
   const int device_;
   detail::Backend& backend_;
   AllocatorConfig cfg_;       // live keys change under both locks (apply_settings)
+  // cfg_.roundup_power2_divisions for round_size(), which the quick path calls before it
+  // locks: relaxed atomics, so a concurrent settings change gives a bucket's old or new
+  // division count (both valid roundings), never a torn read.
+  std::array<std::atomic<unsigned>, 64> divisions_{};
   const bool async_backend_;  // backend:cudaMallocAsync (fixed for the allocator's life)
   std::size_t max_request_ = kMaxRequest;  // min(device memory, kMaxRequest)
   std::mutex mutex_;
