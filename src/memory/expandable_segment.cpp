@@ -23,6 +23,7 @@ ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::Stream
   if (page_ < kSmallBuffer) page_ = (kSmallBuffer / std::max<std::size_t>(page_, 1)) * page_;
   reserved = (reserve_bytes + page_ - 1) / page_ * page_;
   base = backend.vm_reserve(device, reserved);
+  if (!base) return;  // address space exhausted: the caller reports out-of-memory
   head_.assign(reserved / page_, kUnmapped);
   chunk_.assign(reserved / page_, Chunk{});
 }
@@ -226,12 +227,20 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
     if (best <= size % kRoundLarge) break;  // cannot do better than the rounding slop
   }
   if (!cand) {
-    // A new reservation per (pool, stream): sized to the device so it never needs a second.
+    // A new reservation per (pool, stream): sized to the device so it rarely needs a second,
+    // but at most 1 TiB (its page table costs ~20 bytes per 2 MiB page; an emulated device
+    // may claim petabytes), and halved while the address space cannot hold it.
+    constexpr std::size_t kMaxReservation = std::size_t(1) << 40;
     std::size_t want = pool.is_small ? std::max(total_memory_ / 8, kSmallBuffer * 4)
                                      : total_memory_;
-    want = std::max(want, size);
-    auto es = std::make_unique<ExpandableSegment>(backend_, device_, stream, want, pool.is_small);
-    if (!es->base) return nullptr;
+    want = std::max(std::min(want, kMaxReservation), size);
+    std::unique_ptr<ExpandableSegment> es;
+    for (;;) {
+      es = std::make_unique<ExpandableSegment>(backend_, device_, stream, want, pool.is_small);
+      if (es->base) break;
+      if (want / 2 < size) return nullptr;
+      want /= 2;
+    }
     es->id = g_next_es_id.fetch_add(1, std::memory_order_relaxed);
     Block* u = new_block();
     u->ptr = es->base;
