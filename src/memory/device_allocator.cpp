@@ -60,9 +60,9 @@ DeviceAllocator::Locked::~Locked() {
   }
 }
 
-void DeviceAllocator::Locked::unlock() {
+void DeviceAllocator::Locked::unlock_and_run_deferred() {
   std::vector<Deferred> work;
-  if (!a_.deferred_.empty()) work.swap(a_.deferred_);
+  work.swap(a_.deferred_);
   a_.fast_lock_.unlock();
   a_.mutex_.unlock();
   held_ = false;
@@ -121,16 +121,6 @@ BlockPool& DeviceAllocator::pool_for(std::size_t size, detail::StreamHandle stre
     }
   }
   return size <= kSmallSize ? small_ : large_;
-}
-
-void DeviceAllocator::insert_free(BlockPool& pool, Block* b) {
-  pool.blocks.insert(b);
-  if (b->is_split()) stats_.inactive_split(pool.is_small, +1, b->size);
-}
-
-void DeviceAllocator::erase_free(BlockPool& pool, Block* b) {
-  pool.blocks.erase(b);
-  if (b->is_split()) stats_.inactive_split(pool.is_small, -1, b->size);
 }
 
 Block* DeviceAllocator::get_free_block(BlockPool& pool, std::size_t size,
@@ -400,26 +390,6 @@ bool DeviceAllocator::free(void* ptr) {
   return true;
 }
 
-void DeviceAllocator::merge(Block* dst, Block* src) {
-  // src is a free neighbour of dst; absorb it. Only a segment's first block can be a head
-  // (the cheap test spares a hash lookup on almost every merge).
-  if (src == dst->prev && !src->prev && !src->expandable && segment_heads_.erase(src)) {
-    segment_heads_.insert(dst);
-  }
-  if (src == dst->prev) {
-    dst->ptr = src->ptr;
-    dst->prev = src->prev;
-    if (dst->prev) dst->prev->next = dst;
-  } else {
-    dst->next = src->next;
-    if (dst->next) dst->next->prev = dst;
-  }
-  dst->size += src->size;
-  dst->free_epoch = std::max(dst->free_epoch, src->free_epoch);
-  if (src->expandable && src->expandable->first == src) src->expandable->first = dst;
-  recycle(src);
-}
-
 void DeviceAllocator::free_block(Block* b, bool stats_done) {
   // b is no longer used by any stream: merge it with free neighbours into the free set.
   BlockPool& pool = *b->pool;
@@ -436,20 +406,31 @@ void DeviceAllocator::free_block(Block* b, bool stats_done) {
     release_segment(b);
     return;
   }
+  // The neighbours merged in leave the free set and the merged block enters it: one net
+  // inactive-split update (as insert_free / erase_free would make, without three calls on
+  // the hottest slow path).
+  std::int64_t split_n = 0, split_bytes = 0;
   for (Block* nb : {b->prev, b->next}) {
     if (!nb || !nb->is_free() || nb->mapped != b->mapped) continue;
     if (nb->mapped) {
-      erase_free(pool, nb);
+      pool.blocks.erase(nb);  // a neighbour is a piece of a split segment
+      split_n -= 1;
+      split_bytes -= static_cast<std::int64_t>(nb->size);
     } else {
       pool.unmapped.erase(nb);
     }
     merge(b, nb);
   }
   if (b->mapped) {
-    insert_free(pool, b);
+    pool.blocks.insert(b);
+    if (b->is_split()) {
+      split_n += 1;
+      split_bytes += static_cast<std::int64_t>(b->size);
+    }
   } else {
     pool.unmapped.insert(b);
   }
+  if (split_n || split_bytes) stats_.inactive_split(pool.is_small, split_n, split_bytes);
 }
 
 void DeviceAllocator::process_events() {

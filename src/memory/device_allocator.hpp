@@ -33,6 +33,7 @@
 // unlocking, and the state is re-validated when the lock is taken again.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -146,9 +147,18 @@ class DeviceAllocator {
       a_.fast_lock_.lock();
       held_ = true;
     }
-    void unlock();
+    void unlock() {
+      if (a_.deferred_.empty()) {
+        a_.fast_lock_.unlock();
+        a_.mutex_.unlock();
+        held_ = false;
+        return;
+      }
+      unlock_and_run_deferred();
+    }
 
    private:
+    void unlock_and_run_deferred();
     DeviceAllocator& a_;
     bool held_ = false;
   };
@@ -246,6 +256,59 @@ class DeviceAllocator {
   std::uint64_t next_segment_id_ = 1;
   std::size_t reserved_hwm_ = 0;  // highest reserved bytes so far (expandable compaction)
 };
+
+
+// ---- small block operations on the hot slow paths (inline: an out-of-line call through an
+// exported member costs measurable instructions per allocation) ----
+
+inline void DeviceAllocator::insert_free(BlockPool& pool, Block* b) {
+  pool.blocks.insert(b);
+  if (b->is_split()) stats_.inactive_split(pool.is_small, 1, static_cast<std::int64_t>(b->size));
+}
+
+inline void DeviceAllocator::erase_free(BlockPool& pool, Block* b) {
+  pool.blocks.erase(b);
+  if (b->is_split()) stats_.inactive_split(pool.is_small, -1, -static_cast<std::int64_t>(b->size));
+}
+
+inline void DeviceAllocator::merge(Block* dst, Block* src) {
+  // src is a free neighbour of dst; absorb it. Only a segment's first block can be a head
+  // (the cheap test spares a hash lookup on almost every merge).
+  if (src == dst->prev && !src->prev && !src->expandable && segment_heads_.erase(src)) {
+    segment_heads_.insert(dst);
+  }
+  if (src == dst->prev) {
+    dst->ptr = src->ptr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  dst->size += src->size;
+  dst->free_epoch = std::max(dst->free_epoch, src->free_epoch);
+  if (src->expandable && src->expandable->first == src) src->expandable->first = dst;
+  recycle(src);
+}
+
+inline Block* DeviceAllocator::split_at(Block* x, std::uintptr_t at) {
+  // x keeps [ptr, at); returns the rest as a new block after it (same state as x).
+  Block* r = new_block();
+  r->ptr = at;
+  r->size = x->ptr + x->size - at;
+  r->stream = x->stream;
+  r->pool = x->pool;
+  r->mapped = x->mapped;
+  r->expandable = x->expandable;
+  r->segment_id = x->segment_id;
+  r->free_epoch = x->free_epoch;
+  r->prev = x;
+  r->next = x->next;
+  if (r->next) r->next->prev = r;
+  x->next = r;
+  x->size = at - x->ptr;
+  return r;
+}
 
 // ---- process-wide registry (registry.cpp) ----
 // The allocator of `device` (created on first use; device already resolved).

@@ -341,23 +341,4 @@ void DeviceAllocator::finish_unmap(const Deferred& d) {
   pool.unmapped.insert(mid);
 }
 
-Block* DeviceAllocator::split_at(Block* x, std::uintptr_t at) {
-  // x keeps [ptr, at); returns the rest as a new block after it (same state as x).
-  Block* r = new_block();
-  r->ptr = at;
-  r->size = x->ptr + x->size - at;
-  r->stream = x->stream;
-  r->pool = x->pool;
-  r->mapped = x->mapped;
-  r->expandable = x->expandable;
-  r->segment_id = x->segment_id;
-  r->free_epoch = x->free_epoch;
-  r->prev = x;
-  r->next = x->next;
-  if (r->next) r->next->prev = r;
-  x->next = r;
-  x->size = at - x->ptr;
-  return r;
-}
-
 }  // namespace cudakit::memory

@@ -80,10 +80,10 @@ class DeviceStats {
     s_.num_device_free += static_cast<std::int64_t>(chunks);
     add(s_.reserved_bytes, small, -to_i(bytes));
   }
-  // A free piece of a split segment entered (+1) or left (-1) the free sets.
-  void inactive_split(bool small, int sign, std::size_t bytes) noexcept {
-    add(s_.inactive_split, small, sign);
-    add(s_.inactive_split_bytes, small, sign * to_i(bytes));
+  // Free pieces of split segments entered (count, bytes > 0) or left (< 0) the free sets.
+  void inactive_split(bool small, std::int64_t count, std::int64_t bytes) noexcept {
+    add(s_.inactive_split, small, count);
+    add(s_.inactive_split_bytes, small, bytes);
   }
   void alloc_retry() noexcept { ++s_.num_alloc_retries; }
   void oom() noexcept { ++s_.num_ooms; }
