@@ -63,6 +63,7 @@ TSAN_TESTS=(
   test_graphs_hooks
   test_memory_fuzz
   test_memory_history
+  test_memory_stress
   test_memory_threads
   test_nvtx
   test_streams
@@ -80,6 +81,8 @@ ASAN_TESTS=(
   test_memory_host
   test_memory_oom
   test_memory_pluggable
+  test_memory_sizes
+  test_memory_stress
   test_nvtx
   test_profiler
   test_streams

@@ -10,12 +10,15 @@
 // locks. A frame's `code` must stay valid for the life of the process (the bindings keep
 // every code object they hand out alive).
 //
-// Thread-safety: set_python_stack_hooks may be called from any thread; installing hooks is
-// expected once, before recording starts.
+// The same interpreter also installs the allocator's wait hooks and warning handler (below).
+//
+// Thread-safety: every setter may be called from any thread; installing hooks is expected
+// once, at import, before recording starts.
 #pragma once
 
 #include "cudakit/export.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,5 +36,16 @@ using PySymbolizeHook = void (*)(const PyFrameRef& frame, std::string& file, int
                                  std::string& name);
 
 void set_python_stack_hooks(PyStackHook capture, PySymbolizeHook symbolize);
+
+// Around every wait of the allocator (for a stream, an event or the device), which happens
+// with no allocator lock held: `release` gives up the interpreter lock if the calling thread
+// holds it and returns a token (nullptr if it held nothing), `reacquire(token)` takes it back.
+// What the allocator waits for may itself need the interpreter lock (a finaliser, a stream
+// task dropping an interpreter-owned buffer), so without these hooks such a wait deadlocks.
+void set_allocator_wait_hooks(void* (*release)(), void (*reacquire)(void* token));
+
+// Where allocator warnings go (inert CUDAKIT_ALLOC_CONF keys, ...): stderr by default. Called
+// outside every allocator lock, on the thread that triggered the warning.
+void set_allocator_warning_handler(std::function<void(const std::string& message)> handler);
 
 }  // namespace cudakit

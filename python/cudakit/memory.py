@@ -157,6 +157,14 @@ def get_allocator_backend() -> str:
 
 
 def _set_allocator_settings(env: str) -> None:
+    """Change allocator settings at run time (torch.cuda.memory._set_allocator_settings).
+
+    ``env`` has CUDAKIT_ALLOC_CONF's syntax; keys given replace their values, the others keep
+    theirs. Live keys (garbage_collection_threshold, roundup_power2_divisions, pinned_*, ...)
+    apply to existing allocators at once; backend, expandable_segments and max_split_size_mb
+    are fixed by the first device allocation and raise ValueError when changed afterwards;
+    keys accepted only for torch compatibility warn (UserWarning).
+    """
     _C._mem_set_settings(env)
 
 

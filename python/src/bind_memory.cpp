@@ -5,6 +5,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <optional>
 #include <unordered_set>
 
@@ -73,11 +74,33 @@ void symbolize_python_frame(const PyFrameRef& fr, std::string& file, int& line,
   PyGILState_Release(g);
 }
 
+// The allocator's wait hooks (cudakit/python_stacks.hpp): a thread entering from Python gives up the
+// GIL while the allocator waits for streams or the device (what it waits for may need the
+// GIL: a finaliser, a task dropping a Python-owned buffer), and only then, so allocations
+// keep their Python stacks in the history.
+void* release_gil_if_held() {
+  if (!Py_IsInitialized() || !PyGILState_Check()) return nullptr;
+  return PyEval_SaveThread();
+}
+void reacquire_gil(void* state) { PyEval_RestoreThread(static_cast<PyThreadState*>(state)); }
+
+// Allocator warnings (inert CUDAKIT_ALLOC_CONF keys) as Python UserWarnings when the calling
+// thread holds the GIL; other threads (stream tasks, C++ threads) print them.
+void warn_from_allocator(const std::string& msg) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 2) != 0) throw py::error_already_set();
+    return;
+  }
+  std::fprintf(stderr, "cudakit: warning: %s\n", msg.c_str());
+}
+
 struct PyUseMemPool {
   std::unique_ptr<UseMemPool> guard;
 };
 
 void bind(py::module_& m) {
+  set_allocator_wait_hooks(&release_gil_if_held, &reacquire_gil);
+  set_allocator_warning_handler(&warn_from_allocator);
   m.def("_mem_stats", [](py::handle d) { return memory_stats(dev(d, "memory_stats")); }, py::arg("device") = py::none());
   m.def("_mem_allocated", [](py::handle d) { return memory_allocated(dev(d, "memory_allocated")); }, py::arg("device") = py::none());
   m.def("_mem_max_allocated", [](py::handle d) { return max_memory_allocated(dev(d, "max_memory_allocated")); }, py::arg("device") = py::none());
@@ -117,6 +140,8 @@ void bind(py::module_& m) {
     if (!stream.is_none()) s = stream_arg(stream, Arg{"caching_allocator_alloc", "stream"}, di, /*allow_handle=*/true);
     return reinterpret_cast<std::uintptr_t>(caching_allocator_alloc(bytes, di, s));
   }, py::arg("size"), py::arg("device") = py::none(), py::arg("stream") = py::none());
+  // _mem_alloc / _mem_delete keep the GIL (the history records their Python stacks); the
+  // allocator releases it itself while it waits (the wait hooks above).
   m.def("_mem_delete", [](py::handle p) {
     caching_allocator_delete(reinterpret_cast<void*>(to_address(p, Arg{"caching_allocator_delete", "mem_ptr"})));
   });
@@ -137,7 +162,7 @@ void bind(py::module_& m) {
   m.def("_mem_host_stats", &host_memory_stats);
   m.def("_mem_host_reset_accumulated", &reset_accumulated_host_memory_stats);
   m.def("_mem_host_reset_peak", &reset_peak_host_memory_stats);
-  m.def("_mem_host_empty_cache", &host_empty_cache);
+  m.def("_mem_host_empty_cache", &host_empty_cache, py::call_guard<py::gil_scoped_release>());
   m.def("_mem_snapshot_json", [](py::handle pool) {
     return memory_snapshot_json(pool_id_arg(pool, Arg{"memory_snapshot", "mempool_id"}));
   }, py::arg("pool") = py::none());
@@ -151,7 +176,7 @@ void bind(py::module_& m) {
     set_python_stack_hooks(&capture_python_stack, &symbolize_python_frame);
     record_memory_history(en, ctx, st, max);
   }, py::arg("enabled"), py::arg("context"), py::arg("stacks"), py::arg("max_entries"));
-  m.def("_mem_ipc_collect", &ipc_collect);
+  m.def("_mem_ipc_collect", &ipc_collect, py::call_guard<py::gil_scoped_release>());
   m.def("_mem_ipc_export", [](std::uintptr_t p) {
     IpcMemHandle h = ipc_export(reinterpret_cast<void*>(p));
     return py::make_tuple(py::bytes(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes),

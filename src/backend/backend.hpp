@@ -178,6 +178,11 @@ class Backend {
   virtual void mem_free(int device, void* ptr) = 0;
   virtual void* host_alloc_pinned(std::size_t bytes) = 0;
   virtual void host_free_pinned(void* ptr) = 0;
+  // Page-locks existing host memory [ptr, ptr+bytes) for every device (cuMemHostRegister,
+  // portable) / undoes it (host_unregister takes the pointer given to host_register). false
+  // on out-of-memory. Used by the pinned cache's pinned_use_cuda_host_register mode.
+  virtual bool host_register(void* ptr, std::size_t bytes) = 0;
+  virtual void host_unregister(void* ptr) = 0;
   // Stream-ordered allocation (cudaMallocAsync backend).
   virtual void* mem_alloc_async(int device, std::size_t bytes, StreamHandle s) = 0;
   virtual void mem_free_async(void* ptr, StreamHandle s) = 0;

@@ -8,6 +8,7 @@
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
 #include "memory/pluggable.hpp"
+#include "memory/raw.hpp"
 
 namespace cudakit {
 
@@ -20,19 +21,39 @@ int resolve_alloc_device(int device) {
   return device;
 }
 
+namespace {
+// Local copies the raw paths inline: a call through an exported (interposable) function costs
+// a few instructions per allocation, measurable on the hot path.
+inline void* alloc_native(std::size_t bytes, int dev, detail::StreamHandle stream) {
+  return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream)->ptr);
+}
+inline bool free_native(void* ptr, int dev_hint) {
+  if (dev_hint >= 0 && device_allocator(dev_hint).free(ptr)) return true;
+  return free_in_any_allocator(ptr, dev_hint);
+}
+}  // namespace
+
+void* native_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+  return alloc_native(bytes, dev, stream);
+}
+
+bool native_free(void* ptr, int dev_hint) { return free_native(ptr, dev_hint); }
+
+bool native_record_stream(void* ptr, detail::StreamHandle stream) {
+  for (DeviceAllocator* a : existing_allocators())
+    if (a->record_stream(ptr, stream)) return true;
+  return false;
+}
+
 // Exported (not public): it is the first frame of allocation-history stacks for allocations
 // through allocate_device, and history names frames through the dynamic symbol table.
-CUDAKIT_INTERNAL_API void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
   if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
-  return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream)->ptr);
+  return alloc_native(bytes, dev, stream);
 }
 
 bool raw_free(void* ptr, int dev_hint) {
-  if (free_in_plugged(ptr)) return true;
-  if (dev_hint >= 0) {
-    if (device_allocator(dev_hint).free(ptr)) return true;
-  }
-  return free_in_any_allocator(ptr, dev_hint);
+  return free_in_plugged(ptr) || free_native(ptr, dev_hint);
 }
 }  // namespace memory
 
@@ -90,8 +111,7 @@ void record_stream(void* ptr, StreamRef stream) {
   int dev = stream.device() >= 0 ? stream.device() : detail::backend().current_device();
   if (memory::host_allocator().record_event(ptr, stream.handle(), dev)) return;
   if (memory::owned_by_plugged(ptr)) return;  // a plugged allocator has no stream semantics
-  for (memory::DeviceAllocator* a : memory::existing_allocators())
-    if (a->record_stream(ptr, stream.handle())) return;
+  if (memory::native_record_stream(ptr, stream.handle())) return;
   throw ValueError("record_stream: pointer is not a live allocation of cudakit's caching "
                    "allocator (already freed, or allocated elsewhere)");
 }

@@ -3,8 +3,10 @@
 // silently ignored would be a fragmentation bug that nobody can find).
 #include "memory/config.hpp"
 
+#include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -45,6 +47,18 @@ bool parse_bool(const std::string& var, const std::string& key, const std::strin
 
 bool is_pow2(std::size_t v) { return v && !(v & (v - 1)); }
 
+// Sizes in MiB are at most 2^42 (2^62 bytes): converting them to bytes, and adding them to a
+// request, cannot overflow.
+constexpr double kMaxMiB = 4398046511104.0;
+
+// A size in MiB in [lo, 2^42] (lo itself excluded when `open_lo`), in bytes.
+std::size_t parse_mib(const std::string& var, const std::string& key, const std::string& v,
+                      double lo, bool open_lo, const std::string& expected) {
+  const double mb = parse_number(var, key, v, expected);
+  if (mb < lo || (open_lo && mb == lo) || mb > kMaxMiB) bad(var, key, v, expected);
+  return static_cast<std::size_t>(mb) * kMiB;
+}
+
 // Splits "a:b,c:[x:1,y:2],d:e" at top-level commas.
 std::vector<std::string> split_top(const std::string& s) {
   std::vector<std::string> out;
@@ -81,6 +95,7 @@ void parse_roundup(AllocatorConfig& c, const std::string& var, const std::string
       bad(var, key, v, expected);
     return unsigned(d);
   };
+  c.roundup_power2_divisions.fill(0);  // the key replaces the whole table
   if (!v.empty() && v.front() == '[') {
     if (v.back() != ']') bad(var, key, v, expected);
     std::string inner = v.substr(1, v.size() - 2);
@@ -97,7 +112,8 @@ void parse_roundup(AllocatorConfig& c, const std::string& var, const std::string
         continue;
       }
       double mb = parse_number(var, key, sz, expected);
-      if (mb <= 0 || mb != std::floor(mb) || !is_pow2(std::size_t(mb))) bad(var, key, v, expected);
+      if (mb <= 0 || mb > kMaxMiB || mb != std::floor(mb) || !is_pow2(std::size_t(mb)))
+        bad(var, key, v, expected);
       std::size_t bucket = bucket_of_mb(std::size_t(mb));
       // Like torch: earlier entries fill the buckets below them.
       for (std::size_t i = first ? 0 : last_bucket + 1; i <= bucket; ++i)
@@ -118,9 +134,25 @@ unsigned AllocatorConfig::divisions_for(std::size_t size) const noexcept {
   return roundup_power2_divisions[mb == 0 ? 0 : bucket_of_mb(mb)];
 }
 
+KeyScope key_scope(const std::string& key) {
+  if (key == "backend" || key == "expandable_segments" || key == "max_split_size_mb")
+    return KeyScope::init;
+  if (key == "release_lock_on_cudamalloc" || key == "graph_capture_record_stream_reuse")
+    return KeyScope::inert;
+  return KeyScope::live;
+}
+
 AllocatorConfig AllocatorConfig::parse(const std::string& text, const std::string& var) {
-  AllocatorConfig c;
-  if (!trim(text).empty()) c.source = var + "=" + text;
+  return parse_over(AllocatorConfig{}, text, var);
+}
+
+AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const std::string& text,
+                                            const std::string& var) {
+  AllocatorConfig c = base;
+  c.keys.clear();
+  c.warnings.clear();
+  if (!trim(text).empty())
+    c.source = (base.source.empty() ? "" : base.source + ", then ") + var + "=" + text;
   for (const std::string& raw : split_top(text)) {
     std::string item = trim(raw);
     if (item.empty()) continue;
@@ -131,13 +163,9 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text, const std::strin
     std::string key = trim(item.substr(0, colon));
     std::string v = trim(item.substr(colon + 1));
     if (key == "max_split_size_mb") {
-      double mb = parse_number(var, key, v, "a size in MiB greater than 20");
-      if (mb <= 20) bad(var, key, v, "a size in MiB greater than 20");
-      c.max_split_size = std::size_t(mb) * kMiB;
+      c.max_split_size = parse_mib(var, key, v, 20, true, "a size in MiB greater than 20 (at most 2^42)");
     } else if (key == "max_non_split_rounding_mb") {
-      double mb = parse_number(var, key, v, "a size in MiB >= 1");
-      if (mb < 1) bad(var, key, v, "a size in MiB >= 1");
-      c.max_non_split_rounding = std::size_t(mb) * kMiB;
+      c.max_non_split_rounding = parse_mib(var, key, v, 1, false, "a size in MiB >= 1 (at most 2^42)");
     } else if (key == "garbage_collection_threshold") {
       double t = parse_number(var, key, v, "a number in (0, 1)");
       if (t <= 0 || t >= 1) bad(var, key, v, "a number in (0, 1)");
@@ -152,11 +180,27 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text, const std::strin
       else bad(var, key, v, "native or cudaMallocAsync");
     } else if (key == "release_lock_on_cudamalloc") {
       c.release_lock_on_device_malloc = parse_bool(var, key, v);
+      c.warnings.push_back(var + ": '" + key + "' is accepted for torch compatibility and has "
+                           "no effect in cudakit (the allocator never waits while it holds its "
+                           "locks, and its device allocation call is short)");
     } else if (key == "per_process_memory_fraction") {
       double f = parse_number(var, key, v, "a number in [0, 1]");
       if (f < 0 || f > 1) bad(var, key, v, "a number in [0, 1]");
       c.per_process_memory_fraction = f;
+    } else if (key == "quick_cache") {
+      c.quick_cache = parse_bool(var, key, v);
+    } else if (key == "expandable_segments_chunk_pages") {
+      double n = parse_number(var, key, v, "a whole number of pages between 1 and 4096");
+      if (n < 1 || n > 4096 || n != std::floor(n))
+        bad(var, key, v, "a whole number of pages between 1 and 4096");
+      c.expandable_chunk_pages = static_cast<std::size_t>(n);
+    } else if (key == "expandable_segments_slack_div") {
+      double n = parse_number(var, key, v, "a whole number between 1 and 65536");
+      if (n < 1 || n > 65536 || n != std::floor(n))
+        bad(var, key, v, "a whole number between 1 and 65536");
+      c.expandable_slack_div = static_cast<std::size_t>(n);
     } else if (key == "pinned_use_cuda_host_register" || key == "pinned_use_host_register") {
+      key = "pinned_use_cuda_host_register";
       c.pinned_use_host_register = parse_bool(var, key, v);
     } else if (key == "pinned_num_register_threads") {
       double n = parse_number(var, key, v, "a power of two between 1 and 128");
@@ -167,14 +211,19 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text, const std::strin
       c.pinned_use_background_threads = parse_bool(var, key, v);
     } else if (key == "graph_capture_record_stream_reuse") {
       c.graph_capture_record_stream_reuse = parse_bool(var, key, v);
+      c.warnings.push_back(var + ": '" + key + "' is accepted for torch compatibility and has "
+                           "no effect in cudakit (there is no graph capture yet)");
     } else {
       throw ValueError(var + ": unknown key '" + key +
                        "'. Known keys: backend, expandable_segments, garbage_collection_threshold, "
                        "max_split_size_mb, max_non_split_rounding_mb, per_process_memory_fraction, "
                        "roundup_power2_divisions, release_lock_on_cudamalloc, "
                        "pinned_use_cuda_host_register, pinned_num_register_threads, "
-                       "pinned_use_background_threads, graph_capture_record_stream_reuse");
+                       "pinned_use_background_threads, graph_capture_record_stream_reuse, "
+                       "quick_cache, expandable_segments_chunk_pages, "
+                       "expandable_segments_slack_div");
     }
+    c.keys.push_back(key);
   }
   if (c.expandable_segments && c.backend == Backend::driver_async)
     throw ValueError(var + ": expandable_segments:True needs backend:native (the driver's "
@@ -191,20 +240,53 @@ AllocatorConfig AllocatorConfig::from_env() {
 
 namespace {
 std::mutex g_config_mutex;
-std::unique_ptr<AllocatorConfig> g_config;  // leaked semantics not needed: plain data
+AllocatorConfig* g_config = nullptr;  // leaked: read until process exit
+std::atomic<bool> g_env_warned{false};
+std::mutex g_warn_mutex;
+std::function<void(const std::string&)>* g_warn_handler = nullptr;  // leaked, like g_config
 }  // namespace
 
 AllocatorConfig config() {
   std::lock_guard lock(g_config_mutex);
-  if (!g_config) g_config = std::make_unique<AllocatorConfig>(AllocatorConfig::from_env());
+  if (!g_config) g_config = new AllocatorConfig(AllocatorConfig::from_env());
   return *g_config;
 }
 
-void set_config(const std::string& text) {
-  AllocatorConfig parsed = AllocatorConfig::parse(text, "set_allocator_settings");
+void store_config(const AllocatorConfig& c) {
   std::lock_guard lock(g_config_mutex);
-  if (!g_config) g_config = std::make_unique<AllocatorConfig>(parsed);
-  else *g_config = parsed;
+  if (!g_config) g_config = new AllocatorConfig(c);
+  else *g_config = c;
+}
+
+void warn_about_env_config_once() {
+  if (g_env_warned.load(std::memory_order_acquire)) return;
+  std::vector<std::string> warnings;
+  {
+    std::lock_guard lock(g_config_mutex);
+    if (g_env_warned.exchange(true)) return;
+    if (!g_config) g_config = new AllocatorConfig(AllocatorConfig::from_env());
+    warnings = g_config->warnings;
+  }
+  for (const std::string& w : warnings) warn(w);
+}
+
+void set_warning_handler(std::function<void(const std::string&)> handler) {
+  std::lock_guard lock(g_warn_mutex);
+  if (!g_warn_handler) g_warn_handler = new std::function<void(const std::string&)>();
+  *g_warn_handler = std::move(handler);
+}
+
+void warn(const std::string& message) {
+  std::function<void(const std::string&)> h;
+  {
+    std::lock_guard lock(g_warn_mutex);
+    if (g_warn_handler) h = *g_warn_handler;
+  }
+  if (h) {
+    h(message);
+  } else {
+    std::fprintf(stderr, "cudakit: warning: %s\n", message.c_str());
+  }
 }
 
 }  // namespace cudakit::memory

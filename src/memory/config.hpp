@@ -1,18 +1,48 @@
-// Allocator configuration: CUDAKIT_ALLOC_CONF (falls back to PYTORCH_CUDA_ALLOC_CONF, then
-// PYTORCH_ALLOC_CONF), with torch's keys and value syntax ("key:value,key:value").
+// Allocator settings: one source of truth. CUDAKIT_ALLOC_CONF (falls back to
+// PYTORCH_CUDA_ALLOC_CONF, then PYTORCH_ALLOC_CONF) with torch's keys and value syntax
+// ("key:value,key:value"), read once; set_allocator_settings() changes them at run time.
+// No other environment variable changes how the allocators behave.
 //
-// Thread-safety: parse() is pure; config()/set_config() are serialised by a mutex.
+// Keys, and when a change takes effect (set_allocator_settings):
+//   live: applied to existing allocators at once
+//     garbage_collection_threshold, max_non_split_rounding_mb, roundup_power2_divisions,
+//     per_process_memory_fraction (every device, as set_per_process_memory_fraction),
+//     quick_cache, expandable_segments_chunk_pages, expandable_segments_slack_div,
+//     pinned_use_cuda_host_register (alias pinned_use_host_register),
+//     pinned_num_register_threads, pinned_use_background_threads (new pinned blocks / the
+//     pinned cache)
+//   init: fixed once a device allocator exists; changing them afterwards raises ValueError
+//     backend (a pool cannot switch between the native allocator and the driver's),
+//     expandable_segments (segments of both kinds would have to coexist in one pool),
+//     max_split_size_mb (split decisions and oversize statistics of live blocks depend on it)
+//   inert: accepted so a PYTORCH_CUDA_ALLOC_CONF written for torch works, but have no effect
+//     here; each use warns
+//     release_lock_on_cudamalloc (the allocator never waits under its locks; the device
+//       allocation call itself is short), graph_capture_record_stream_reuse (no graph
+//       capture in cudakit yet)
+// cudakit's own keys (not torch's): quick_cache (True/False, default True: the exact-size
+// cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
+// (pages mapped per physical allocation, default 8 = 16 MiB), expandable_segments_slack_div
+// (expandable segments give back free pages once cached bytes exceed live bytes / N; default
+// 64). The last three were environment variables read on the side before.
+//
+// Thread-safety: parse() is pure; config(), the registry's apply and the warning handler are
+// serialised by mutexes.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace cudakit::memory {
 
 inline constexpr std::size_t kMiB = std::size_t(1) << 20;
 inline constexpr std::size_t kGiB = std::size_t(1) << 30;
+
+enum class KeyScope { live, init, inert };
 
 struct AllocatorConfig {
   enum class Backend { native, driver_async };
@@ -27,28 +57,47 @@ struct AllocatorConfig {
   // like torch's), value = number of divisions (0 = plain rounding).
   std::array<unsigned, 64> roundup_power2_divisions{};
   bool expandable_segments = false;
-  bool release_lock_on_device_malloc = false;
+  bool release_lock_on_device_malloc = false;  // inert
   double per_process_memory_fraction = 1.0;
+  bool quick_cache = true;
+  std::size_t expandable_chunk_pages = 8;
+  std::size_t expandable_slack_div = 64;
   // Pinned host allocator.
   bool pinned_use_host_register = false;
   unsigned pinned_num_register_threads = 1;
   bool pinned_use_background_threads = false;
-  bool graph_capture_record_stream_reuse = false;
+  bool graph_capture_record_stream_reuse = false;  // inert
   std::string source;  // "CUDAKIT_ALLOC_CONF=..." for diagnostics; "" when default
+  // Filled by parse: the keys the text gave (canonical names, in order) and one warning per
+  // inert key.
+  std::vector<std::string> keys;
+  std::vector<std::string> warnings;
 
-  // Parses `text`. `var` names the environment variable in error messages. Throws
+  // Parses `text` over the defaults. `var` names the source in error messages. Throws
   // ValueError naming the key and the accepted values.
   static AllocatorConfig parse(const std::string& text, const std::string& var = "CUDAKIT_ALLOC_CONF");
+  // Parses `text` onto `base`: keys given replace their values, the others keep base's.
+  static AllocatorConfig parse_over(const AllocatorConfig& base, const std::string& text,
+                                    const std::string& var);
   // Reads the environment (CUDAKIT_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF).
   static AllocatorConfig from_env();
 
   unsigned divisions_for(std::size_t size) const noexcept;
 };
 
-// The process-wide configuration (from the environment on first use). set_config()
-// replaces it before any allocator exists (used by tests and by set_allocator_settings).
-// Returned by value: allocators copy it when they are created (off the hot path).
+KeyScope key_scope(const std::string& canonical_key);
+
+// The settings in force (from the environment on first use, then as changed by
+// set_allocator_settings). Returned by value: allocators copy it when they are created.
 AllocatorConfig config();
-void set_config(const std::string& text);
+// Replaces the settings in force (the registry's set_allocator_settings checks them first).
+void store_config(const AllocatorConfig& c);
+// Warnings of the environment's settings, once per process (call outside any allocator lock).
+void warn_about_env_config_once();
+
+// Where warnings go: stderr by default; the Python bindings route them to warnings.warn.
+// The handler is called outside every allocator lock.
+void set_warning_handler(std::function<void(const std::string&)> handler);
+void warn(const std::string& message);
 
 }  // namespace cudakit::memory

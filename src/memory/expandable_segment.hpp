@@ -8,7 +8,13 @@
 // slower than plain segments. A chunk is unmapped only as a whole, so shrinking works at
 // chunk granularity (chunks follow allocation sizes, so this costs little).
 //
-// Thread-safety: used under the owning DeviceAllocator's mutex only.
+// Unmapping is split in two so the driver calls run outside the allocator's locks (they may
+// wait for the device, see locks.hpp): detach() updates the page table under the locks and
+// returns the chunks; release() unmaps and destroys them afterwards, without the locks. The
+// pages stay covered by a block marked `releasing` meanwhile, so nobody maps them again early.
+//
+// Thread-safety: used under the owning DeviceAllocator's locks, except release() (static,
+// touches no segment state).
 #pragma once
 
 #include <cstddef>
@@ -29,21 +35,31 @@ struct ExpandableSegment {
   ExpandableSegment(const ExpandableSegment&) = delete;
   ExpandableSegment& operator=(const ExpandableSegment&) = delete;
 
-  // Maps the unmapped pages covering [addr, addr+bytes) (page-aligned), one chunk per run of
-  // unmapped pages. False on out-of-memory (then nothing new stays mapped).
-  bool map(std::uintptr_t addr, std::size_t bytes);
+  // A physical chunk taken out of the page table, to be unmapped and destroyed.
+  struct DetachedChunk {
+    std::uintptr_t va = 0;
+    std::size_t bytes = 0;
+    detail::PhysMemHandle handle = 0;
+  };
+
+  // Maps the unmapped pages covering [addr, addr+bytes) (page-aligned), one chunk of at most
+  // `max_chunk_pages` pages per run of unmapped pages. False on out-of-memory (then nothing
+  // new stays mapped).
+  bool map(std::uintptr_t addr, std::size_t bytes, std::size_t max_chunk_pages);
   // The largest sub-range of [addr, addr+bytes) made of whole mapped chunks ({0,0} if none).
   std::pair<std::uintptr_t, std::uintptr_t> unmappable(std::uintptr_t addr,
                                                        std::size_t bytes) const;
-  // Unmaps and destroys the chunks lying entirely inside [addr, addr+bytes). Returns bytes.
-  std::size_t unmap(std::uintptr_t addr, std::size_t bytes);
+  // Takes the chunks lying entirely inside [addr, addr+bytes) out of the page table (their
+  // pages read as unmapped from now on) and appends them to `out`. Returns their bytes.
+  std::size_t detach(std::uintptr_t addr, std::size_t bytes, std::vector<DetachedChunk>& out);
+  // Unmaps and destroys detached chunks (no allocator lock needed or wanted).
+  static void release(detail::Backend& backend, const std::vector<DetachedChunk>& chunks);
   std::size_t mapped_bytes() const noexcept { return mapped_pages_ * page_; }
   std::size_t chunks_created() const noexcept { return chunks_created_; }
   std::size_t chunks_destroyed() const noexcept { return chunks_destroyed_; }
-  // Pages per chunk at most (CUDAKIT_ES_CHUNK_PAGES overrides, for measurements): larger
-  // chunks mean fewer driver calls but coarser shrinking (measured on the traces:
-  // 8 pages = 16 MiB keeps peak reserved / peak allocated <= 1.03 on all three).
-  static constexpr std::size_t kDefaultChunkPages = 8;
+  // Pages per chunk at most: the expandable_segments_chunk_pages setting (default 8). Larger
+  // chunks mean fewer driver calls but coarser shrinking (measured on the traces: 8 pages =
+  // 16 MiB keeps peak reserved / peak allocated <= 1.03 on all three).
 
   detail::Backend& backend;
   int device;

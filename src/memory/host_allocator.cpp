@@ -1,20 +1,38 @@
 #include "memory/host_allocator.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include "cudakit/error.hpp"
+#include "memory/locks.hpp"
+#include "memory/stats.hpp"
 
 namespace cudakit::memory {
 namespace {
 
-void bump(MemoryStat& s, std::int64_t d) {
-  s.current += d;
-  if (s.current > s.peak) s.peak = s.current;
-  if (d > 0) s.allocated += d;
-  else s.freed -= d;
+void bump(MemoryStat& s, std::int64_t d) { stat_update(s, d); }
+
+std::size_t page_size() {
+  static const std::size_t n = [] {
+    long v = sysconf(_SC_PAGESIZE);
+    return v > 0 ? static_cast<std::size_t>(v) : std::size_t(4096);
+  }();
+  return n;
+}
+
+// Physical memory of the host: pinned memory is resident, so no request above it can succeed.
+std::size_t physical_memory() {
+  static const std::size_t n = [] {
+    long pages = sysconf(_SC_PHYS_PAGES);
+    return pages > 0 ? static_cast<std::size_t>(pages) * page_size() : SIZE_MAX;
+  }();
+  return n;
 }
 
 std::int64_t now_us() {
@@ -24,16 +42,29 @@ std::int64_t now_us() {
 
 }  // namespace
 
+HostAllocator::HostAllocator(const AllocatorConfig& cfg) { apply_settings(cfg); }
+
+void HostAllocator::apply_settings(const AllocatorConfig& cfg) {
+  std::lock_guard lock(mutex_);
+  settings_.use_host_register = cfg.pinned_use_host_register;
+  settings_.register_threads = cfg.pinned_num_register_threads;
+  settings_.background = cfg.pinned_use_background_threads;
+  if (settings_.background) start_background_thread();
+  work_cv_.notify_all();
+}
+
 void* HostAllocator::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  // Power-of-two classes: a request above the largest one would round to 0 (and the old
-  // doubling loop never ended), so refuse it up front.
+  // Power-of-two classes: a request above the largest one would round to 0, and one above
+  // the host's physical memory can never be page-locked; refuse both before any arithmetic.
   constexpr std::size_t kLargestClass = std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 1);
-  if (bytes > kLargestClass)
+  if (bytes > kLargestClass || bytes > physical_memory())
     throw OutOfMemoryError("pinned host allocation of " + std::to_string(bytes) +
-                           " bytes is larger than any host memory: check the size computation",
-                           -1, bytes);
+                           " bytes is larger than this host's physical memory (" +
+                           std::to_string(physical_memory()) +
+                           " bytes): check the size computation", -1, bytes);
   const std::size_t size = std::max<std::size_t>(512, std::bit_ceil(bytes));
+  Settings s;
   {
     std::lock_guard lock(mutex_);
     if (!pending_.empty()) process_events();
@@ -49,13 +80,14 @@ void* HostAllocator::allocate(std::size_t bytes) {
       bump(stats_.active_bytes, static_cast<std::int64_t>(size));
       return p;
     }
+    s = settings_;
   }
-  detail::Backend& be = detail::backend();
   const auto t0 = now_us();
-  void* p = be.host_alloc_pinned(size);
+  bool registered = false;
+  void* p = new_block(size, s, registered);
   if (!p) {
     empty_cache();
-    p = be.host_alloc_pinned(size);
+    p = new_block(size, s, registered);
   }
   if (!p)
     throw OutOfMemoryError("pinned host allocation of " + std::to_string(bytes) +
@@ -67,6 +99,7 @@ void* HostAllocator::allocate(std::size_t bytes) {
   HostBlock& b = blocks_[p];
   b.size = size;
   b.allocated = true;
+  b.registered = registered;
   bump(stats_.segment, 1);
   bump(stats_.reserved_bytes, static_cast<std::int64_t>(size));
   bump(stats_.allocations, 1);
@@ -74,6 +107,51 @@ void* HostAllocator::allocate(std::size_t bytes) {
   bump(stats_.active_requests, 1);
   bump(stats_.active_bytes, static_cast<std::int64_t>(size));
   return p;
+}
+
+void* HostAllocator::new_block(std::size_t size, const Settings& s, bool& registered) {
+  detail::Backend& be = detail::backend();
+  registered = s.use_host_register;
+  if (!s.use_host_register) return be.host_alloc_pinned(size);
+  // torch's cudaHostRegister mode: ordinary memory, its pages faulted in first (in parallel
+  // for large blocks) so the registration itself only locks them.
+  const std::size_t page = page_size();
+  const std::size_t bytes = (size + page - 1) / page * page;
+  void* p = std::aligned_alloc(page, bytes);
+  if (!p) return nullptr;
+  const std::size_t pages = bytes / page;
+  const std::size_t nthreads = std::min<std::size_t>(s.register_threads, pages);
+  auto touch = [p, page](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) static_cast<volatile char*>(p)[i * page] = 0;
+  };
+  if (nthreads > 1) {
+    std::vector<std::thread> workers;
+    const std::size_t per = (pages + nthreads - 1) / nthreads;
+    for (std::size_t t = 1; t < nthreads; ++t)
+      workers.emplace_back(touch, std::min(pages, t * per), std::min(pages, (t + 1) * per));
+    touch(0, std::min(pages, per));
+    for (auto& w : workers) w.join();
+  } else {
+    touch(0, pages);
+  }
+  try {
+    if (be.host_register(p, bytes)) return p;
+  } catch (...) {
+    std::free(p);
+    throw;
+  }
+  std::free(p);
+  return nullptr;
+}
+
+void HostAllocator::release_block(void* p, bool registered) {
+  detail::Backend& be = detail::backend();
+  if (!registered) {
+    be.host_free_pinned(p);
+    return;
+  }
+  be.host_unregister(p);
+  std::free(p);
 }
 
 bool HostAllocator::free(void* ptr) {
@@ -88,11 +166,12 @@ bool HostAllocator::free(void* ptr) {
     detail::Backend& be = detail::backend();
     for (auto [s, dev] : b.streams) {
       detail::EventHandle e = take_event(dev);
-      be.event_record(e, s);
+      be.event_record(e, s);  // enqueues a marker: no wait under the lock
       b.events.emplace_back(e, dev);
     }
     b.streams.clear();
     pending_.push_back(ptr);
+    if (settings_.background) work_cv_.notify_one();
     return true;
   }
   bump(stats_.active_requests, -1);
@@ -153,13 +232,13 @@ bool HostAllocator::owns(const void* ptr) {
 }
 
 void HostAllocator::empty_cache() {
-  std::vector<void*> release;
+  std::vector<std::pair<void*, bool>> release;  // (block, registered)
   {
     std::lock_guard lock(mutex_);
     if (!pending_.empty()) process_events();
     for (auto& [size, v] : free_) {
       for (void* p : v) {
-        release.push_back(p);
+        release.emplace_back(p, blocks_[p].registered);
         blocks_.erase(p);
         bump(stats_.segment, -1);
         bump(stats_.reserved_bytes, -static_cast<std::int64_t>(size));
@@ -168,9 +247,11 @@ void HostAllocator::empty_cache() {
     }
   }
   if (release.empty()) return;
-  detail::Backend& be = detail::backend();
   const auto t0 = now_us();
-  for (void* p : release) be.host_free_pinned(p);
+  {
+    WaitScope wait;  // cuMemFreeHost synchronises the device
+    for (auto [p, registered] : release) release_block(p, registered);
+  }
   std::lock_guard lock(mutex_);
   stats_.num_host_free += static_cast<std::int64_t>(release.size());
   stats_.host_free_time.add(now_us() - t0);
@@ -207,6 +288,45 @@ std::size_t HostAllocator::pending_event_count() {
   return n;
 }
 
+std::size_t HostAllocator::registered_block_count() {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [p, b] : blocks_) n += b.registered ? 1 : 0;
+  return n;
+}
+
+void HostAllocator::start_background_thread() {
+  if (background_started_) return;
+  background_started_ = true;
+  // Detached and leaked with the allocator: never joined at exit (no driver calls then).
+  std::thread([this] { background_loop(); }).detach();
+}
+
+void HostAllocator::background_loop() {
+  // Polls the pending blocks' events (queries never wait, so holding the mutex is fine),
+  // backing off while they stay busy; sleeps while nothing is pending or the setting is off.
+  auto backoff = std::chrono::microseconds(20);
+  std::unique_lock lock(mutex_);
+  while (!detail::is_shutting_down()) {
+    if (pending_.empty() || !settings_.background) {
+      work_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      backoff = std::chrono::microseconds(20);
+      continue;
+    }
+    try {
+      process_events();
+    } catch (...) {
+      // e.g. an event recorded inside a stream capture cannot be queried: leave the block
+      // to the next allocation / empty_cache, which report the error to their caller.
+    }
+    if (pending_.empty()) continue;
+    lock.unlock();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::microseconds(2000));
+    lock.lock();
+  }
+}
+
 std::size_t HostAllocator::pooled_event_count() {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
@@ -215,7 +335,8 @@ std::size_t HostAllocator::pooled_event_count() {
 }
 
 HostAllocator& host_allocator() {
-  static HostAllocator* a = new HostAllocator();  // leaked: no frees at exit
+  static HostAllocator* a = new HostAllocator(config());  // leaked: no frees at exit
+  warn_about_env_config_once();
   return *a;
 }
 

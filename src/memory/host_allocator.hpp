@@ -2,12 +2,24 @@
 // freed blocks are kept per size class; a block used by streams (record_event) is reused
 // only after events recorded on those streams complete (torch's CachingHostAllocator).
 //
-// Thread-safety: all methods take one mutex (pinned allocation is not a hot path at the
-// rate device allocation is; the expensive part, the driver call, happens outside it).
-// Events for recorded uses come from a per-device pool: a free after record_event costs an
-// event record, not an event create/destroy pair.
+// Settings (CUDAKIT_ALLOC_CONF / set_allocator_settings, all live):
+//  * pinned_use_cuda_host_register: new blocks are ordinary host memory, pre-faulted and then
+//    page-locked with the driver's host_register (torch's cudaHostRegister mode) instead of
+//    the driver's pinned allocation; pinned_num_register_threads threads pre-fault the pages
+//    of a large block in parallel.
+//  * pinned_use_background_threads: a background thread moves blocks whose stream events
+//    completed back to the free lists, instead of the next allocation or empty_cache.
+//
+// Sizes: a request larger than the host's physical memory (or than the largest power of two)
+// is an OutOfMemoryError naming the size, before any arithmetic or cache flush.
+//
+// Thread-safety: all methods take one mutex, which is never held while the driver allocates,
+// frees (cuMemFreeHost synchronises the device) or waits (locks.hpp has the rule). Events for
+// recorded uses come from a per-device pool: a free after record_event costs an event record,
+// not an event create/destroy pair.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -19,6 +31,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/memory.hpp"
+#include "memory/config.hpp"
 
 namespace cudakit::memory {
 
@@ -40,6 +53,8 @@ struct HostMemoryStats {
 
 class HostAllocator {
  public:
+  explicit HostAllocator(const AllocatorConfig& cfg = AllocatorConfig{});
+
   void* allocate(std::size_t bytes);
   bool free(void* ptr);  // false if not ours
   bool record_event(void* ptr, detail::StreamHandle stream, int device);
@@ -48,21 +63,38 @@ class HostAllocator {
   HostMemoryStats stats();
   void reset_peak();
   void reset_accumulated();
+  // The pinned_* keys of `cfg` (config.hpp).
+  void apply_settings(const AllocatorConfig& cfg);
   // Diagnostics (tests): events recorded for freed blocks still awaiting completion, and
-  // completed events kept for reuse.
+  // completed events kept for reuse; blocks made with host_register.
   std::size_t pending_event_count();
   std::size_t pooled_event_count();
+  std::size_t registered_block_count();
 
  private:
   struct HostBlock {
     std::size_t size = 0;
     bool allocated = false;
+    bool registered = false;  // host_register'ed ordinary memory (else the driver's pinned)
     std::vector<std::pair<detail::StreamHandle, int>> streams;  // recorded uses (distinct)
     std::vector<std::pair<detail::EventHandle, int>> events;     // pending after free
   };
+  struct Settings {
+    bool use_host_register = false;
+    unsigned register_threads = 1;
+    bool background = false;
+  };
   void process_events();
   detail::EventHandle take_event(int device);  // from the pool, or a new one
+  void* new_block(std::size_t size, const Settings& s, bool& registered);  // no lock held
+  void release_block(void* p, bool registered);                           // no lock held
+  void start_background_thread();  // mutex_ held
+  void background_loop();
+
   std::mutex mutex_;
+  std::condition_variable work_cv_;  // background thread: something is pending
+  Settings settings_;
+  bool background_started_ = false;
   std::vector<detail::EventHandle> event_pool_[kMaxDevices];  // completed, reusable
   std::unordered_map<void*, HostBlock> blocks_;
   std::map<std::size_t, std::vector<void*>> free_;  // size class -> free blocks

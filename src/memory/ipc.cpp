@@ -1,12 +1,18 @@
 // IPC sharing of caching-allocator memory. Export hands out the handle of the whole device
 // segment containing the allocation plus the offset; import opens each segment once per
 // process and reference-counts it; ipc_collect closes segments nobody references.
+// The driver's close runs outside the registry's mutex (locks.hpp: a release may wait for the
+// device, and ipc_close may be called by a finaliser).
+#include <cstdint>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/device_allocator.hpp"
+#include "memory/locks.hpp"
 
 namespace cudakit {
 namespace {
@@ -41,6 +47,16 @@ IpcMemHandle ipc_export(void* ptr) {
 }
 
 void* ipc_import(const IpcMemHandle& handle) {
+  const int n = detail::backend().device_count();
+  if (handle.device < 0 || handle.device >= n)
+    throw ValueError("ipc_import: handle.device " + std::to_string(handle.device) +
+                     " is not a device of this process (valid: 0.." + std::to_string(n - 1) +
+                     ")");
+  if (handle.size == 0 || handle.offset > SIZE_MAX - handle.size)
+    throw ValueError("ipc_import: handle.offset " + std::to_string(handle.offset) +
+                     " + handle.size " + std::to_string(handle.size) +
+                     " is not a valid range (a handle from ipc_export has size >= 1 and "
+                     "offset + size within the exported segment)");
   std::string key(reinterpret_cast<const char*>(handle.bytes), sizeof handle.bytes);
   std::lock_guard lock(g_ipc_mutex);
   // No backend opens a handle in the process that exported it (CUDA answers
@@ -53,10 +69,20 @@ void* ipc_import(const IpcMemHandle& handle) {
   if (!o.base) {
     detail::IpcHandle raw;
     std::copy(std::begin(handle.bytes), std::end(handle.bytes), raw.bytes);
-    o.base = detail::backend().mem_open_ipc(raw);
+    try {
+      o.base = detail::backend().mem_open_ipc(raw);
+    } catch (...) {
+      g_opened.erase(key);
+      throw;
+    }
   }
+  const auto base = reinterpret_cast<std::uintptr_t>(o.base);
+  if (base > UINTPTR_MAX - handle.offset - handle.size)
+    throw ValueError("ipc_import: handle.offset " + std::to_string(handle.offset) +
+                     " + handle.size " + std::to_string(handle.size) +
+                     " runs past the end of the address space from the segment's base");
   ++o.refs;
-  void* p = static_cast<char*>(o.base) + handle.offset;
+  void* p = reinterpret_cast<void*>(base + handle.offset);
   g_user_ptr_to_handle[p] = key;
   return p;
 }
@@ -71,15 +97,28 @@ void ipc_close(void* ptr) {
 }
 
 void ipc_collect() {
-  std::lock_guard lock(g_ipc_mutex);
-  for (auto it = g_opened.begin(); it != g_opened.end();) {
-    if (it->second.refs <= 0) {
-      if (it->second.base) detail::backend().mem_close_ipc(it->second.base);
-      it = g_opened.erase(it);
-    } else {
-      ++it;
+  std::vector<void*> close;
+  {
+    std::lock_guard lock(g_ipc_mutex);
+    for (auto it = g_opened.begin(); it != g_opened.end();) {
+      if (it->second.refs <= 0) {
+        if (it->second.base) close.push_back(it->second.base);
+        it = g_opened.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
+  std::exception_ptr error;
+  memory::WaitScope wait;
+  for (void* base : close) {
+    try {
+      detail::backend().mem_close_ipc(base);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace cudakit

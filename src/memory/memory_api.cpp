@@ -8,13 +8,9 @@
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
 #include "memory/pluggable.hpp"
+#include "memory/raw.hpp"
 
 namespace cudakit {
-namespace memory {
-int resolve_alloc_device(int device);
-CUDAKIT_INTERNAL_API void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream);
-bool raw_free(void* ptr, int dev_hint);
-}  // namespace memory
 
 using memory::device_allocator;
 
@@ -191,11 +187,11 @@ double get_per_process_memory_fraction(int device) {
 }
 
 std::string get_allocator_backend() {
-  return memory::config().backend == memory::AllocatorConfig::Backend::driver_async
+  return memory::settings_in_force().backend == memory::AllocatorConfig::Backend::driver_async
              ? "cudaMallocAsync" : "native";
 }
 
-void set_allocator_settings(const std::string& conf) { memory::set_config(conf); }
+void set_allocator_settings(const std::string& conf) { memory::apply_allocator_settings(conf); }
 
 void* caching_allocator_alloc(std::size_t bytes, int device, std::optional<StreamRef> stream) {
   const int d = dev_of(device);

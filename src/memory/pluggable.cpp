@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdint>
 
 #include "cudakit/error.hpp"
 
@@ -11,15 +12,6 @@ namespace {
 std::atomic<PluggedAllocator*> g_plugged{nullptr};
 std::mutex g_keep_mutex;
 std::vector<std::shared_ptr<PluggedAllocator>> g_keep;  // plugged allocators stay alive
-
-void bump(MemoryStat* s, std::int64_t d) {
-  for (int i : {0, 2}) {  // plug-in memory is reported in the large pool
-    s[i].current += d;
-    if (s[i].current > s[i].peak) s[i].peak = s[i].current;
-    if (d > 0) s[i].allocated += d;
-    else s[i].freed -= d;
-  }
-}
 }  // namespace
 
 PluggedAllocator::PluggedAllocator(const std::string& path, const std::string& alloc_fn,
@@ -53,22 +45,28 @@ PluggedAllocator::~PluggedAllocator() = default;  // never dlclose: pointers may
 
 void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHandle stream) {
   if (bytes == 0) return nullptr;
+  // The C ABI takes a signed size: a larger request would reach the plug-in as negative.
+  if (bytes > static_cast<std::size_t>(PTRDIFF_MAX)) {
+    std::lock_guard lock(mutex_);
+    stats_[device].oom();
+    throw OutOfMemoryError("CUDA out of memory: " + std::to_string(bytes) + " bytes requested "
+                           "from the plugged allocator '" + name_ + "' on device " +
+                           std::to_string(device) + " is more than any device holds (check the "
+                           "size computation)", device, bytes);
+  }
   void* p = alloc_(static_cast<ssize_t>(bytes), device, stream);
   if (!p) {
     std::lock_guard lock(mutex_);
-    ++stats_[device].num_ooms;
+    stats_[device].oom();
     throw OutOfMemoryError("CUDA out of memory: the plugged allocator '" + name_ +
                            "' returned null for " + std::to_string(bytes) + " bytes on device " +
                            std::to_string(device), device, bytes);
   }
   std::lock_guard lock(mutex_);
   live_[p] = Info{bytes, device, stream};
-  MemoryStats& s = stats_[device];
-  auto b = static_cast<std::int64_t>(bytes);
-  for (MemoryStat* arr : {s.allocation, s.active, s.segment}) bump(arr, 1);
-  for (MemoryStat* arr : {s.allocated_bytes, s.active_bytes, s.requested_bytes, s.reserved_bytes})
-    bump(arr, b);
-  ++s.num_device_alloc;
+  DeviceStats& s = stats_[device];
+  s.segment_created(/*small=*/false, bytes, /*oversize=*/false);
+  s.alloc(/*small=*/false, bytes, bytes, /*oversize=*/false);
   return p;
 }
 
@@ -80,12 +78,10 @@ bool PluggedAllocator::free(void* ptr) {
     if (it == live_.end()) return false;
     info = it->second;
     live_.erase(it);
-    MemoryStats& s = stats_[info.device];
-    auto b = static_cast<std::int64_t>(info.size);
-    for (MemoryStat* arr : {s.allocation, s.active, s.segment}) bump(arr, -1);
-    for (MemoryStat* arr : {s.allocated_bytes, s.active_bytes, s.requested_bytes, s.reserved_bytes})
-      bump(arr, -b);
-    ++s.num_device_free;
+    DeviceStats& s = stats_[info.device];
+    s.free_requested(/*small=*/false, info.size, info.size, /*oversize=*/false);
+    s.free_completed(/*small=*/false, info.size);
+    s.segment_released(/*small=*/false, info.size, /*oversize=*/false);
   }
   free_(ptr, static_cast<ssize_t>(info.size), info.device, info.stream);
   return true;
@@ -100,7 +96,7 @@ void PluggedAllocator::add_stats(int device, MemoryStats& out) {
   std::lock_guard lock(mutex_);
   auto it = stats_.find(device);
   if (it == stats_.end()) return;
-  const MemoryStats& s = it->second;
+  const MemoryStats& s = it->second.get();
   auto add = [](MemoryStat* dst, const MemoryStat* src) {
     for (int i = 0; i < kNumStatPools; ++i) {
       dst[i].current += src[i].current;

@@ -17,6 +17,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/memory.hpp"
+#include "memory/stats.hpp"
 
 namespace cudakit::memory {
 
@@ -50,7 +51,7 @@ class PluggedAllocator {
   std::string name_;
   std::mutex mutex_;
   std::unordered_map<void*, Info> live_;
-  std::unordered_map<int, MemoryStats> stats_;
+  std::unordered_map<int, DeviceStats> stats_;  // plug-in memory counts in the large pool
 };
 
 // The allocator installed by change_current_allocator, or nullptr (one atomic load).

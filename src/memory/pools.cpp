@@ -7,11 +7,70 @@
 #include "cudakit/memory.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/pluggable.hpp"
+#include "memory/raw.hpp"
 
 namespace cudakit {
 namespace memory {
-int resolve_alloc_device(int device);
+
+// ---- DeviceAllocator: private pools and routes ----
+
+void DeviceAllocator::create_pool(MempoolId id, bool no_split, bool use_on_oom,
+                                  std::shared_ptr<PluggedAllocator> source) {
+  Locked lock(*this);
+  auto it = pools_.find(id);
+  if (it != pools_.end()) {
+    ++it->second->use_count;
+    return;
+  }
+  auto p = std::make_unique<PrivatePool>(id, &node_resource_);
+  p->no_split = no_split;
+  p->use_on_oom = use_on_oom;
+  p->source = std::move(source);
+  pools_.emplace(id, std::move(p));
 }
+
+void DeviceAllocator::release_pool(MempoolId id) {
+  Locked lock(*this);
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return;
+  if (--it->second->use_count > 0) return;
+  quick_flush();
+  PrivatePool& p = *it->second;
+  release_pool_blocks(p.small);
+  release_pool_blocks(p.large);
+  // Blocks still allocated or awaiting record_stream events keep the pool; empty_cache()
+  // drops it once they are back.
+  if (p.live_blocks == 0 && p.small.blocks.empty() && p.large.blocks.empty()) pools_.erase(it);
+  lock.unlock();  // the segments go back to the device (or the pool's allocator) here
+}
+
+int DeviceAllocator::pool_use_count(MempoolId id) {
+  Locked lock(*this);
+  auto it = pools_.find(id);
+  return it == pools_.end() ? 0 : it->second->use_count;
+}
+
+void DeviceAllocator::begin_allocate_to_pool(MempoolId id,
+                                             std::function<bool(detail::StreamHandle)> filter) {
+  Locked lock(*this);
+  if (!pools_.count(id))
+    throw ValueError("allocate to pool (" + std::to_string(id.first) + ", " +
+                     std::to_string(id.second) + "): no such pool on device " +
+                     std::to_string(device_));
+  routes_.push_back(PoolRoute{id, std::move(filter)});
+}
+
+void DeviceAllocator::end_allocate_to_pool(MempoolId id) {
+  Locked lock(*this);
+  for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+    if (it->pool == id) {
+      routes_.erase(std::next(it).base());
+      return;
+    }
+  }
+}
+
+}  // namespace memory
 
 namespace {
 std::atomic<std::uint64_t> g_next_user_pool{1};   // MemPool ids: (n, 0) like torch

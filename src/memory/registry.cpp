@@ -1,5 +1,6 @@
 // Process-wide table of device allocators: created lazily, never destroyed (device memory
 // must not be released during static destruction), looked up without a lock.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
+#include "memory/host_allocator.hpp"
 
 namespace cudakit::memory {
 namespace {
@@ -23,17 +25,73 @@ DeviceAllocator& device_allocator(int device) {
     throw ValueError("invalid device index " + std::to_string(device) +
                      " for the caching allocator");
   if (DeviceAllocator* a = g_allocators[device].load(std::memory_order_acquire)) return *a;
-  std::lock_guard lock(g_create_mutex);
-  if (DeviceAllocator* a = g_allocators[device].load(std::memory_order_acquire)) return *a;
-  detail::Backend& b = detail::backend();
-  const int n = b.device_count();
-  if (device >= n)
-    throw ValueError("invalid device index " + std::to_string(device) + ": the " +
-                     std::string(b.name()) + " backend has " + std::to_string(n) +
-                     " device(s)" + (n ? " (valid: 0.." + std::to_string(n - 1) + ")" : ""));
-  auto* a = new DeviceAllocator(device, b, config());  // leaked on purpose
-  g_allocators[device].store(a, std::memory_order_release);
+  DeviceAllocator* a = nullptr;
+  {
+    // Creation and apply_allocator_settings are serialised: an allocator never starts with
+    // settings that a concurrent change has just refused or replaced.
+    std::lock_guard lock(g_create_mutex);
+    if ((a = g_allocators[device].load(std::memory_order_acquire))) return *a;
+    detail::Backend& b = detail::backend();
+    const int n = b.device_count();
+    if (device >= n)
+      throw ValueError("invalid device index " + std::to_string(device) + ": the " +
+                       std::string(b.name()) + " backend has " + std::to_string(n) +
+                       " device(s)" + (n ? " (valid: 0.." + std::to_string(n - 1) + ")" : ""));
+    a = new DeviceAllocator(device, b, config());  // leaked on purpose
+    g_allocators[device].store(a, std::memory_order_release);
+  }
+  warn_about_env_config_once();  // no lock held: the handler may take the GIL
   return *a;
+}
+
+AllocatorConfig settings_in_force() {
+  for (auto& slot : g_allocators)
+    if (DeviceAllocator* a = slot.load(std::memory_order_acquire)) return a->settings();
+  return config();
+}
+
+void apply_allocator_settings(const std::string& text) {
+  warn_about_env_config_once();  // the environment's warnings come first, once
+  // g_apply_mutex orders concurrent calls (allocators end with the settings stored last);
+  // g_create_mutex is held only to check and store, so allocator locks are never taken under
+  // it (a pool's plug-in allocator may create another device's allocator under its lock).
+  static std::mutex g_apply_mutex;
+  std::lock_guard apply(g_apply_mutex);
+  AllocatorConfig next;
+  std::vector<DeviceAllocator*> live;
+  {
+    std::lock_guard lock(g_create_mutex);
+    const AllocatorConfig cur = config();
+    next = AllocatorConfig::parse_over(cur, text, "set_allocator_settings");
+    live = existing_allocators();
+    // Init-only keys: the allocators run with the values in `cur` (they were created from
+    // it, and nothing changed them since).
+    if (!live.empty()) {
+      for (const std::string& key : next.keys) {
+        if (key_scope(key) != KeyScope::init) continue;
+        const bool same = key == "backend" ? next.backend == cur.backend
+                          : key == "expandable_segments"
+                              ? next.expandable_segments == cur.expandable_segments
+                              : next.max_split_size == cur.max_split_size;
+        if (!same)
+          throw ValueError("set_allocator_settings: '" + key + "' cannot change once a device "
+                           "allocator exists (it is fixed at the first device allocation): set "
+                           "it in CUDAKIT_ALLOC_CONF before the process allocates");
+      }
+    }
+    AllocatorConfig stored = next;
+    stored.keys.clear();
+    stored.warnings.clear();
+    store_config(stored);
+  }
+  const bool fraction_given = std::find(next.keys.begin(), next.keys.end(),
+                                        "per_process_memory_fraction") != next.keys.end();
+  for (DeviceAllocator* a : live) {
+    a->apply_settings(next);
+    if (fraction_given) a->set_memory_fraction(next.per_process_memory_fraction);
+  }
+  host_allocator().apply_settings(next);
+  for (const std::string& w : next.warnings) warn(w);
 }
 
 std::vector<DeviceAllocator*> existing_allocators() {

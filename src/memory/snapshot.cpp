@@ -15,7 +15,7 @@
 namespace cudakit::memory {
 
 std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only_pool) {
-  AllLock lock(mutex_, fast_lock_);
+  Locked lock(*this);
   quick_flush();  // parked blocks show as free
   std::vector<SegmentInfo> out;
   HistoryRecorder::ContextCache contexts;
@@ -29,7 +29,7 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only
     bi.requested = b->requested;
     bi.state = b->allocated ? "active_allocated"
                             : (b->event_count > 0 ? "active_pending_free" : "inactive");
-    bi.context = history_.context_of(b->stack, contexts);
+    bi.context = trace_.recorder().context_of(b->stack, contexts);
     seg.total_size += b->size;
     if (b->allocated) {
       seg.allocated_size += b->size;
@@ -174,11 +174,27 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
                     {"frames", frames_json(e.context)}});
     }
   }
-  AllocatorConfig c = config();
-  json settings = {{"expandable_segments", c.expandable_segments},
-                   {"max_split_size", c.max_split_size == SIZE_MAX ? -1 : std::int64_t(c.max_split_size)},
-                   {"garbage_collection_threshold", c.garbage_collection_threshold},
-                   {"backend", c.backend == AllocatorConfig::Backend::native ? "native" : "cudaMallocAsync"}};
+  // What the allocators run with (not what the environment said at start-up).
+  const AllocatorConfig c = settings_in_force();
+  json divisions = json::object();
+  for (std::size_t i = 0; i < c.roundup_power2_divisions.size(); ++i)
+    if (c.roundup_power2_divisions[i]) divisions[std::to_string(std::size_t(1) << i)] = c.roundup_power2_divisions[i];
+  json settings = {
+      {"PYTORCH_CUDA_ALLOC_CONF", c.source},
+      {"backend", c.backend == AllocatorConfig::Backend::native ? "native" : "cudaMallocAsync"},
+      {"expandable_segments", c.expandable_segments},
+      {"max_split_size", c.max_split_size == SIZE_MAX ? -1 : std::int64_t(c.max_split_size)},
+      {"max_non_split_rounding", c.max_non_split_rounding},
+      {"garbage_collection_threshold", c.garbage_collection_threshold},
+      {"roundup_power2_divisions", std::move(divisions)},
+      {"per_process_memory_fraction", c.per_process_memory_fraction},
+      {"release_lock_on_malloc", c.release_lock_on_device_malloc},
+      {"pinned_use_host_register", c.pinned_use_host_register},
+      {"pinned_num_register_threads", c.pinned_num_register_threads},
+      {"pinned_use_background_threads", c.pinned_use_background_threads},
+      {"quick_cache", c.quick_cache},
+      {"expandable_segments_chunk_pages", c.expandable_chunk_pages},
+      {"expandable_segments_slack_div", c.expandable_slack_div}};
   json out = {{"segments", std::move(segs)}, {"device_traces", std::move(traces)},
               {"allocator_settings", std::move(settings)}};
   return out.dump();

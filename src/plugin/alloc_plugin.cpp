@@ -3,17 +3,18 @@
 // "cudakit_free")) and CuPy (via cudakit.memory.cupy_allocator()) draw from cudakit's pool.
 // Their allocations then appear in cudakit's memory_stats() and snapshots.
 //
-// Calls the native device allocator directly (never a plugged one), so installing this
-// library into cudakit itself cannot recurse. Errors cannot cross a C ABI: out-of-memory
-// returns nullptr (torch then raises its own OutOfMemoryError); other errors print and
-// return nullptr.
+// Calls the native allocation functions (memory/raw.hpp: never a plugged allocator), so
+// installing this library into cudakit itself cannot recurse. Errors cannot cross a C ABI:
+// out-of-memory returns nullptr (torch then raises its own OutOfMemoryError); other errors
+// print and return nullptr.
 #include <sys/types.h>
 
 #include <cstdio>
 #include <exception>
 
+#include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
-#include "memory/device_allocator.hpp"
+#include "memory/raw.hpp"
 
 namespace {
 thread_local char g_last_error[512];
@@ -26,9 +27,8 @@ __attribute__((visibility("default"))) void* cudakit_malloc(ssize_t size, int de
   if (size <= 0) return nullptr;
   try {
     using namespace cudakit;
-    if (device < 0) device = detail::backend().current_device();
-    return reinterpret_cast<void*>(
-        memory::device_allocator(device).malloc(static_cast<std::size_t>(size), stream)->ptr);
+    const int dev = memory::resolve_alloc_device(device < 0 ? kCurrentDevice : device);
+    return memory::native_alloc(static_cast<std::size_t>(size), dev, stream);
   } catch (const cudakit::OutOfMemoryError& e) {
     std::snprintf(g_last_error, sizeof g_last_error, "%s", e.what());
     return nullptr;
@@ -42,11 +42,8 @@ __attribute__((visibility("default"))) void* cudakit_malloc(ssize_t size, int de
 __attribute__((visibility("default"))) void cudakit_free(void* ptr, ssize_t, int device, void*) {
   if (!ptr || cudakit::detail::is_shutting_down()) return;
   try {
-    using namespace cudakit;
-    if (device >= 0 && memory::device_allocator(device).free(ptr)) return;
-    for (memory::DeviceAllocator* a : memory::existing_allocators())
-      if (a->free(ptr)) return;
-    std::fprintf(stderr, "cudakit_free: %p is not a live cudakit allocation (ignored)\n", ptr);
+    if (!cudakit::memory::native_free(ptr, device))
+      std::fprintf(stderr, "cudakit_free: %p is not a live cudakit allocation (ignored)\n", ptr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cudakit_free: %s\n", e.what());
   }
@@ -55,8 +52,7 @@ __attribute__((visibility("default"))) void cudakit_free(void* ptr, ssize_t, int
 // Records that `stream` uses the block at `ptr` (for frameworks that expose record_stream).
 __attribute__((visibility("default"))) void cudakit_record_stream(void* ptr, void* stream) {
   try {
-    for (cudakit::memory::DeviceAllocator* a : cudakit::memory::existing_allocators())
-      if (a->record_stream(ptr, stream)) return;
+    cudakit::memory::native_record_stream(ptr, stream);
   } catch (...) {
   }
 }

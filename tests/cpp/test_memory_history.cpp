@@ -66,8 +66,10 @@ TEST(MemoryHistory, AllContextRecordsAllocAndFreeStacks) {
   ASSERT_FALSE(alloc_frames.empty());
   ASSERT_FALSE(free_frames.empty());
   // The walk starts at the allocator's caller (the public entry points; caching_allocator_alloc
-  // may be a tail call, hence raw_alloc) and reaches this test (exported symbols).
-  EXPECT_TRUE(mentions(alloc_frames, "raw_alloc") || mentions(alloc_frames, "caching_allocator_alloc"))
+  // and raw_alloc may be tail calls, hence native_alloc) and reaches this test (exported
+  // symbols).
+  EXPECT_TRUE(mentions(alloc_frames, "native_alloc") || mentions(alloc_frames, "raw_alloc") ||
+              mentions(alloc_frames, "caching_allocator_alloc"))
       << alloc_frames[0];
   EXPECT_TRUE(mentions(free_frames, "caching_allocator_delete")) << free_frames[0];
   EXPECT_TRUE(mentions(alloc_frames, "AllContextRecordsAllocAndFreeStacks"));

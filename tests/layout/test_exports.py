@@ -25,11 +25,10 @@ import pytest
 INTERNAL_EXPORTS = {
     "cudakit::detail::backend()": "allocator plug-in (current device)",
     "cudakit::detail::is_shutting_down()": "allocator plug-in (no frees during exit)",
-    "cudakit::memory::device_allocator(int)": "allocator plug-in (native allocator)",
-    "cudakit::memory::existing_allocators()": "allocator plug-in",
-    "cudakit::memory::DeviceAllocator::malloc(": "allocator plug-in",
-    "cudakit::memory::DeviceAllocator::free(": "allocator plug-in",
-    "cudakit::memory::DeviceAllocator::record_stream(": "allocator plug-in",
+    "cudakit::memory::resolve_alloc_device(": "allocator plug-in (device argument)",
+    "cudakit::memory::native_alloc(": "allocator plug-in (the built-in caching allocator)",
+    "cudakit::memory::native_free(": "allocator plug-in",
+    "cudakit::memory::native_record_stream(": "allocator plug-in",
     "cudakit::memory::raw_alloc(": "named in allocation-history stacks (first frame)",
     "cudakit::detail::emulated::run_host_node(": "emulated graphs' host-node function, named "
                                                  "by get_graph_data() (host_fn_name, dladdr)",

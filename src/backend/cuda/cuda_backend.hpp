@@ -70,6 +70,8 @@ class CudaBackend final : public Backend {
   void mem_free(int device, void* ptr) override;
   void* host_alloc_pinned(std::size_t bytes) override;
   void host_free_pinned(void* ptr) override;
+  bool host_register(void* ptr, std::size_t bytes) override;
+  void host_unregister(void* ptr) override;
   void* mem_alloc_async(int device, std::size_t bytes, StreamHandle s) override;
   void mem_free_async(void* ptr, StreamHandle s) override;
   std::size_t vm_granularity(int device) override;

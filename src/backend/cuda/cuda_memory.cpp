@@ -61,6 +61,23 @@ void CudaBackend::host_free_pinned(void* ptr) {
   if (!ignorable_at_release(rc)) check(rc, "cuMemFreeHost");
 }
 
+bool CudaBackend::host_register(void* ptr, std::size_t bytes) {
+  ensure_current_context("host_register");
+  const EntryPoints& t = api("host_register");
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemHostRegister)(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return false;
+  check(rc, "cuMemHostRegister");
+  return true;
+}
+
+void CudaBackend::host_unregister(void* ptr) {
+  if (!ptr || is_shutting_down()) return;
+  const EntryPoints& t = api("host_unregister");
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuMemHostUnregister);
+  CUresult rc = with_context_retry("host_unregister", [&] { return fn(ptr); });
+  if (!ignorable_at_release(rc)) check(rc, "cuMemHostUnregister");
+}
+
 void* CudaBackend::mem_alloc_async(int device, std::size_t bytes, StreamHandle s) {
   ContextScope scope(*this, device, "mem_alloc_async");
   const EntryPoints& t = api("mem_alloc_async");

@@ -61,6 +61,8 @@ namespace cudakit::detail::cuda {
   X(cuMemFree, 3020, 12080, true)                             \
   X(cuMemHostAlloc, 2020, 12080, true)                        \
   X(cuMemFreeHost, 2000, 12080, true)                         \
+  X(cuMemHostRegister, 6050, 12080, false)                    \
+  X(cuMemHostUnregister, 4000, 12080, false)                  \
   X(cuMemAllocAsync, 11020, 12080, false)                     \
   X(cuMemFreeAsync, 11020, 12080, false)                      \
   X(cuMemGetAllocationGranularity, 10020, 12080, false)       \

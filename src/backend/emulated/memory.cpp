@@ -86,6 +86,27 @@ void EmulatedBackend::host_free_pinned(void* ptr) {
   std::free(ptr);
 }
 
+// Registration only records the range: emulated "pinned" memory is ordinary host memory.
+bool EmulatedBackend::host_register(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    throw_accelerator_error(errc::invalid_value, "host_register: null pointer or zero size");
+  }
+  std::lock_guard lock(pinned_mu_);
+  if (!registered_.emplace(ptr, bytes).second) {
+    throw_accelerator_error(errc::invalid_value,
+                            "host_register: the range is already registered");
+  }
+  return true;
+}
+
+void EmulatedBackend::host_unregister(void* ptr) {
+  std::lock_guard lock(pinned_mu_);
+  if (registered_.erase(ptr) == 0) {
+    throw_accelerator_error(errc::invalid_value,
+                            "host_unregister: pointer was not passed to host_register");
+  }
+}
+
 // Stream-ordered allocation. The memory is taken immediately (ordering is trivially kept:
 // nothing later in the stream can run before the call returns); the free is enqueued and the
 // bytes return to the device when the stream reaches it.

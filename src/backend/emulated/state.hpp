@@ -213,6 +213,8 @@ class EmulatedBackend final : public Backend {
   void mem_free(int device, void* ptr) override;
   void* host_alloc_pinned(std::size_t bytes) override;
   void host_free_pinned(void* ptr) override;
+  bool host_register(void* ptr, std::size_t bytes) override;
+  void host_unregister(void* ptr) override;
   void* mem_alloc_async(int device, std::size_t bytes, StreamHandle s) override;
   void mem_free_async(void* ptr, StreamHandle s) override;
   std::size_t vm_granularity(int device) override;
@@ -292,6 +294,7 @@ class EmulatedBackend final : public Backend {
   std::map<std::uintptr_t, Range> ranges_;  // base → range (device allocs + VM mappings)
   std::mutex pinned_mu_;
   std::unordered_set<void*> pinned_;
+  std::unordered_map<void*, std::size_t> registered_;  // host_register'ed ranges (pinned_mu_)
   // ---- virtual memory ----
   struct PhysMem {
     int fd = -1;

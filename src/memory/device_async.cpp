@@ -1,0 +1,59 @@
+// Device caching allocator, backend:cudaMallocAsync: the driver's stream-ordered pool does the
+// caching; we keep the bookkeeping (statistics, snapshots, record_stream) so the rest of
+// cudakit works unchanged.
+#include "memory/device_allocator.hpp"
+
+namespace cudakit::memory {
+
+Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream) {
+  void* p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
+  if (!p) {
+    // Frees queued on streams return memory to the driver's pool once they run: wait for the
+    // device (without the locks), then retry.
+    stats_.alloc_retry();
+    wait_for_pending_events(lock);
+    lock.unlock();
+    {
+      WaitScope wait;
+      backend_.device_synchronize(device_);
+    }
+    lock.lock();
+    p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
+  }
+  if (!p) raise_oom(size, size, stream);
+  Block* b = new_block();
+  b->ptr = reinterpret_cast<std::uintptr_t>(p);
+  b->size = size;
+  b->stream = stream;
+  b->pool = size <= kSmallSize ? &small_ : &large_;
+  b->async = true;
+  b->uncached = true;
+  const bool small = b->pool->is_small;
+  stats_.segment_created(small, size, /*oversize=*/false);
+  b->allocated = true;
+  b->requested = size;
+  active_.emplace(b->ptr, b);
+  stats_.alloc(small, size, size, oversize(size));
+  if (history_enabled()) trace_.record("alloc", b->ptr, size, stream, b);
+  return b;
+}
+
+void DeviceAllocator::free_async(Block* b) {
+  // Stream uses: the free is ordered after their work by making the allocation stream wait
+  // (event record and stream wait enqueue; neither blocks).
+  for (detail::StreamHandle s : b->stream_uses) {
+    detail::EventHandle e = backend_.event_create(device_, detail::kEventDisableTiming);
+    backend_.event_record(e, s);
+    backend_.stream_wait_event(b->stream, e);
+    backend_.event_destroy(e);
+  }
+  backend_.mem_free_async(reinterpret_cast<void*>(b->ptr), b->stream);
+  const bool small = b->pool->is_small;
+  stats_.free_completed(small, b->size);
+  stats_.segment_released(small, b->size, /*oversize=*/false);
+  if (history_enabled()) trace_.record("free_completed", b->ptr, b->requested, b->stream, b);
+  trace_.drop_stack(b);
+  recycle(b);
+}
+
+}  // namespace cudakit::memory

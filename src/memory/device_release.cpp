@@ -1,0 +1,223 @@
+// Device caching allocator: the paths that give memory back (empty_cache, the out-of-memory
+// retry, garbage collection) and the out-of-memory report. Every wait and every device free
+// here runs with the allocator's locks released (locks.hpp).
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "cudakit/error.hpp"
+#include "memory/device_allocator.hpp"
+#include "memory/pluggable.hpp"
+
+namespace cudakit::memory {
+
+void DeviceAllocator::empty_cache() {
+  Locked lock(*this);
+  quick_flush();
+  wait_for_pending_events(lock);
+  release_cached(lock);
+  lock.unlock();  // the device frees run here; their errors reach the caller
+}
+
+void DeviceAllocator::wait_for_pending_events(Locked& lock) {
+  if (pending_.empty()) return;
+  // The blocks stay out of every free set (event_count > 0) while nobody holds the lock, and
+  // only this thread finishes them: taking them out of pending_ hides them from
+  // process_events.
+  std::vector<std::pair<detail::EventHandle, Block*>> taken;
+  taken.swap(pending_);
+  awaited_events_ += taken.size();
+  lock.unlock();
+  std::exception_ptr error;
+  {
+    WaitScope wait;
+    for (auto& [e, b] : taken) {
+      try {
+        backend_.event_synchronize(e);
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  lock.lock();
+  awaited_events_ -= taken.size();
+  for (auto [e, b] : taken) {
+    spare_events_.push_back(e);
+    if (--b->event_count == 0) free_block(b);
+  }
+  if (pending_.empty()) {  // keep the vector's capacity
+    taken.clear();
+    pending_.swap(taken);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void DeviceAllocator::release_segment(Block* head) {
+  // `head` spans a whole (non-expandable) segment and is free; not in any free set. The
+  // bookkeeping changes now; the device free runs once the locks are released.
+  BlockPool& pool = *head->pool;
+  if (history_enabled()) trace_.record("segment_free", head->ptr, head->size, head->stream, nullptr);
+  Deferred d;
+  d.segment = reinterpret_cast<void*>(head->ptr);
+  if (pool.owner) d.source = pool.owner->source;
+  deferred_.push_back(std::move(d));
+  stats_.segment_released(pool.is_small, head->size, oversize(head->size));
+  segment_heads_.erase(head);
+  recycle(head);
+}
+
+void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
+  // Locks not held. Frees first, then one relock to finish every unmapping.
+  std::exception_ptr error;
+  bool unmapped = false;
+  WaitScope wait;
+  for (Deferred& d : work) {
+    try {
+      if (d.segment) {
+        if (d.source) d.source->free(d.segment);
+        else backend_.mem_free(device_, d.segment);
+      } else if (d.unmapping) {
+        unmapped = true;
+        ExpandableSegment::release(backend_, d.chunks);
+      }
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (unmapped) {
+    std::lock_guard m(mutex_);
+    std::lock_guard f(fast_lock_);
+    for (const Deferred& d : work)
+      if (d.unmapping) finish_unmap(d);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void DeviceAllocator::release_pool_blocks(BlockPool& pool) {
+  // Whole free (unsplit) plain segments. Expandable pages: release_expandable.
+  for (Block* b : pool.blocks.blocks()) {
+    if (b->is_split() || b->expandable) continue;
+    erase_free(pool, b);
+    release_segment(b);
+  }
+}
+
+bool DeviceAllocator::release_available(Locked& lock, BlockPool& pool, std::size_t size) {
+  // Releases one cached unsplit block >= size, or smallest-first blocks until `size`
+  // bytes were released (torch's release_available_cached_blocks).
+  if (cfg_.expandable_segments && !pool.owner) {
+    release_cached(lock);
+    return true;
+  }
+  std::vector<Block*> candidates;
+  for (Block* b : pool.blocks.blocks())
+    if (!b->is_split() && !b->expandable) candidates.push_back(b);
+  if (candidates.empty()) return false;
+  std::sort(candidates.begin(), candidates.end(),
+            [](Block* a, Block* b) { return a->size < b->size; });
+  auto fit = std::lower_bound(candidates.begin(), candidates.end(), size,
+                              [](Block* a, std::size_t s) { return a->size < s; });
+  if (fit != candidates.end()) {
+    erase_free(pool, *fit);
+    release_segment(*fit);
+    return true;
+  }
+  std::size_t released = 0;
+  for (auto it = candidates.rbegin(); it != candidates.rend() && released < size; ++it) {
+    released += (*it)->size;
+    erase_free(pool, *it);
+    release_segment(*it);
+  }
+  return true;
+}
+
+void DeviceAllocator::release_cached(Locked& lock) {
+  release_pool_blocks(small_);
+  release_pool_blocks(large_);
+  for (auto& [id, p] : pools_) {
+    release_pool_blocks(p->small);
+    release_pool_blocks(p->large);
+  }
+  release_expandable(lock);  // may drop and retake the locks
+  // Drop pools nobody owns once they are empty.
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    PrivatePool& p = *it->second;
+    if (p.use_count <= 0 && p.live_blocks == 0 && p.small.blocks.empty() &&
+        p.large.blocks.empty()) {
+      it = pools_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void DeviceAllocator::garbage_collect() {
+  const double threshold = cfg_.garbage_collection_threshold * static_cast<double>(
+      limit_ == SIZE_MAX ? total_memory_ : limit_);
+  if (static_cast<double>(stats_.reserved_bytes()) <= threshold) return;
+  // Release whole cached segments, largest first, until under the threshold.
+  for (BlockPool* pool : {&large_, &small_}) {
+    std::vector<Block*> v;
+    for (Block* b : pool->blocks.blocks())
+      if (!b->is_split() && !b->expandable) v.push_back(b);
+    std::sort(v.begin(), v.end(), [](Block* a, Block* b) { return a->size > b->size; });
+    for (Block* b : v) {
+      if (static_cast<double>(stats_.reserved_bytes()) <= threshold) return;
+      erase_free(*pool, b);
+      release_segment(b);
+    }
+  }
+}
+
+namespace {
+std::string fmt_bytes(std::size_t n) {
+  char buf[64];
+  const double d = static_cast<double>(n);
+  if (n >= kGiB) std::snprintf(buf, sizeof buf, "%.2f GiB", d / double(kGiB));
+  else if (n >= kMiB) std::snprintf(buf, sizeof buf, "%.2f MiB", d / double(kMiB));
+  else if (n >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", d / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%zu bytes", n);
+  return buf;
+}
+}  // namespace
+
+void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
+                                detail::StreamHandle stream) {
+  stats_.oom();
+  detail::MemInfo mi{};
+  try {
+    mi = backend_.mem_get_info(device_);
+  } catch (...) {
+  }
+  const std::size_t allocated = stats_.allocated_bytes();
+  const std::size_t reserved = stats_.reserved_bytes();
+  const std::size_t cached = reserved - allocated;
+  std::string msg = "CUDA out of memory. Tried to allocate " + fmt_bytes(size) + ". GPU " +
+                    std::to_string(device_) + " has a total capacity of " + fmt_bytes(mi.total) +
+                    " of which " + fmt_bytes(mi.free) + " is free. ";
+  if (mi.total >= mi.free) {
+    msg += "This process has " + fmt_bytes(reserved) +
+           " reserved by cudakit (other users of the device: " +
+           fmt_bytes(mi.total - mi.free > reserved ? mi.total - mi.free - reserved : 0) + "). ";
+  }
+  msg += "Of the reserved memory " + fmt_bytes(allocated) + " is allocated and " +
+         fmt_bytes(cached) + " is reserved but unallocated";
+  const std::size_t awaiting = pending_.size() + awaited_events_;
+  if (awaiting) msg += "; " + std::to_string(awaiting) + " blocks await streams";
+  msg += ". ";
+  if (limit_ != SIZE_MAX) {
+    msg += "The per-process memory fraction limits this process to " + fmt_bytes(limit_) +
+           " (set_per_process_memory_fraction). ";
+  }
+  if (!cfg_.expandable_segments && cached > alloc_size / 4 && cached > 20 * kMiB) {
+    msg += "Reserved-but-unallocated memory is large: set CUDAKIT_ALLOC_CONF="
+           "expandable_segments:True to avoid fragmentation. ";
+  } else {
+    msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
+           "other processes sharing the device. ";
+  }
+  if (history_enabled()) trace_.record("oom", 0, size, stream, nullptr);
+  throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);
+}
+
+}  // namespace cudakit::memory

@@ -1,0 +1,137 @@
+// Statistics accounting with torch's DeviceStats semantics, in one place: every counter
+// update the allocators make goes through these helpers (no pasted current/peak updates).
+//
+//  * allocation / allocated_bytes / requested_bytes: blocks handed out and not yet given
+//    back (free_requested).
+//  * active / active_bytes: handed out, or given back but still in use by a stream
+//    (record_stream events pending) until free_completed.
+//  * segment / reserved_bytes: memory obtained from the device (an expandable segment counts
+//    as one segment; its bytes are the mapped pages).
+//  * inactive_split(_bytes): free blocks that are pieces of a split segment.
+//  * oversize_*: allocations / segments of at least max_split_size.
+// Each statistic has an all / small pool / large pool entry; peak follows current, and
+// allocated/freed accumulate the positive/negative changes.
+//
+// Thread-safety: none; the owner serialises updates (allocated_now() is the exception: an
+// atomic copy of allocated_bytes.all.current for lock-free memory_allocated()).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "cudakit/memory.hpp"
+
+namespace cudakit::memory {
+
+inline void stat_update(MemoryStat& s, std::int64_t delta) noexcept {
+  s.current += delta;
+  if (s.current > s.peak) s.peak = s.current;
+  if (delta > 0) s.allocated += delta;
+  else s.freed -= delta;
+}
+
+class DeviceStats {
+ public:
+  void alloc(bool small, std::size_t bytes, std::size_t requested, bool oversize) noexcept {
+    add(s_.allocation, small, 1);
+    add(s_.active, small, 1);
+    add(s_.allocated_bytes, small, to_i(bytes));
+    add(s_.active_bytes, small, to_i(bytes));
+    add(s_.requested_bytes, small, to_i(requested));
+    if (oversize) stat_update(s_.oversize_allocations, 1);
+    publish();
+  }
+  // The caller gave the block back (no longer allocated).
+  void free_requested(bool small, std::size_t bytes, std::size_t requested,
+                      bool oversize) noexcept {
+    add(s_.allocation, small, -1);
+    add(s_.allocated_bytes, small, -to_i(bytes));
+    add(s_.requested_bytes, small, -to_i(requested));
+    if (oversize) stat_update(s_.oversize_allocations, -1);
+    publish();
+  }
+  // No stream uses the block any more (torch's "active" statistics).
+  void free_completed(bool small, std::size_t bytes) noexcept {
+    add(s_.active, small, -1);
+    add(s_.active_bytes, small, -to_i(bytes));
+  }
+  // A device allocation of `bytes` (segment + reserved memory).
+  void segment_created(bool small, std::size_t bytes, bool oversize) noexcept {
+    ++s_.num_device_alloc;
+    add(s_.segment, small, 1);
+    add(s_.reserved_bytes, small, to_i(bytes));
+    if (oversize) stat_update(s_.oversize_segments, 1);
+  }
+  void segment_released(bool small, std::size_t bytes, bool oversize) noexcept {
+    ++s_.num_device_free;
+    add(s_.segment, small, -1);
+    add(s_.reserved_bytes, small, -to_i(bytes));
+    if (oversize) stat_update(s_.oversize_segments, -1);
+  }
+  // Expandable segments: the reservation counts as a segment, mapped pages as reserved
+  // memory, each physical chunk as one device allocation / free.
+  void segment_reserved(bool small) noexcept { add(s_.segment, small, 1); }
+  void pages_mapped(bool small, std::size_t bytes, std::size_t chunks) noexcept {
+    s_.num_device_alloc += static_cast<std::int64_t>(chunks);
+    add(s_.reserved_bytes, small, to_i(bytes));
+  }
+  void pages_unmapped(bool small, std::size_t bytes, std::size_t chunks) noexcept {
+    s_.num_device_free += static_cast<std::int64_t>(chunks);
+    add(s_.reserved_bytes, small, -to_i(bytes));
+  }
+  // Free pieces of split segments entered (count, bytes > 0) or left (< 0) the free sets.
+  void inactive_split(bool small, std::int64_t count, std::int64_t bytes) noexcept {
+    add(s_.inactive_split, small, count);
+    add(s_.inactive_split_bytes, small, bytes);
+  }
+  void alloc_retry() noexcept { ++s_.num_alloc_retries; }
+  void oom() noexcept { ++s_.num_ooms; }
+
+  std::size_t reserved_bytes() const noexcept {
+    return static_cast<std::size_t>(s_.reserved_bytes[0].current);
+  }
+  std::size_t allocated_bytes() const noexcept {
+    return static_cast<std::size_t>(s_.allocated_bytes[0].current);
+  }
+  std::int64_t allocated_now() const noexcept {
+    return allocated_now_.load(std::memory_order_relaxed);
+  }
+  void set_max_split_size(std::size_t max_split) noexcept {
+    s_.max_split_size = max_split == SIZE_MAX ? -1 : to_i(max_split);
+  }
+  const MemoryStats& get() const noexcept { return s_; }
+
+  void reset_peak() noexcept {
+    for_each([](MemoryStat& m) { m.peak = m.current; });
+  }
+  void reset_accumulated() noexcept {
+    for_each([](MemoryStat& m) { m.allocated = m.freed = 0; });
+    s_.num_alloc_retries = s_.num_ooms = s_.num_sync_all_streams = 0;
+    s_.num_device_alloc = s_.num_device_free = 0;
+  }
+
+ private:
+  static std::int64_t to_i(std::size_t n) noexcept { return static_cast<std::int64_t>(n); }
+  static void add(MemoryStat (&s)[kNumStatPools], bool small, std::int64_t delta) noexcept {
+    stat_update(s[0], delta);
+    stat_update(s[small ? 1 : 2], delta);
+  }
+  void publish() noexcept {
+    allocated_now_.store(s_.allocated_bytes[0].current, std::memory_order_relaxed);
+  }
+  template <class F>
+  void for_each(F f) noexcept {
+    for (MemoryStat* arr : {s_.allocation, s_.segment, s_.active, s_.inactive_split,
+                            s_.allocated_bytes, s_.reserved_bytes, s_.active_bytes,
+                            s_.inactive_split_bytes, s_.requested_bytes})
+      for (int i = 0; i < kNumStatPools; ++i) f(arr[i]);
+    f(s_.oversize_allocations);
+    f(s_.oversize_segments);
+  }
+
+  MemoryStats s_;
+  std::atomic<std::int64_t> allocated_now_{0};
+};
+
+}  // namespace cudakit::memory

@@ -1,0 +1,186 @@
+// Allocator settings have one source of truth (issue 8.4): set_allocator_settings applies
+// live keys to existing allocators, refuses to change init-only keys once an allocator
+// exists, warns about inert keys; snapshots and get_allocator_backend report what the
+// allocators run with; the pinned_* keys drive the pinned host cache.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cudakit/allocation.hpp"
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+#include "cudakit/stream.hpp"
+#include "memory/config.hpp"
+#include "memory/device_allocator.hpp"
+#include "memory/host_allocator.hpp"
+
+using namespace cudakit;
+using nlohmann::json;
+
+namespace {
+
+struct Warnings {
+  Warnings() {
+    memory::set_warning_handler([this](const std::string& m) {
+      std::lock_guard lock(mu);
+      seen.push_back(m);
+    });
+  }
+  ~Warnings() { memory::set_warning_handler(nullptr); }
+  std::vector<std::string> take() {
+    std::lock_guard lock(mu);
+    return std::exchange(seen, {});
+  }
+  std::mutex mu;
+  std::vector<std::string> seen;
+};
+
+json snapshot_settings() { return json::parse(memory_snapshot_json())["allocator_settings"]; }
+
+// Makes sure device 0's allocator exists (init-only keys are fixed from then on).
+void touch_allocator() { Allocation a = allocate_device(1024, 0); }
+
+}  // namespace
+
+TEST(MemoryConfig, LiveKeysReachExistingAllocatorsAndSnapshots) {
+  touch_allocator();
+  set_allocator_settings("garbage_collection_threshold:0.7,roundup_power2_divisions:4,"
+                         "max_non_split_rounding_mb:32,quick_cache:False,"
+                         "expandable_segments_chunk_pages:4,expandable_segments_slack_div:16");
+  const memory::AllocatorConfig c = memory::device_allocator(0).settings();
+  EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.7);
+  EXPECT_EQ(c.divisions_for(100 * memory::kMiB), 4u);
+  EXPECT_EQ(c.max_non_split_rounding, 32 * memory::kMiB);
+  EXPECT_FALSE(c.quick_cache);
+  EXPECT_EQ(c.expandable_chunk_pages, 4u);
+  EXPECT_EQ(c.expandable_slack_div, 16u);
+  const json s = snapshot_settings();
+  EXPECT_DOUBLE_EQ(s["garbage_collection_threshold"].get<double>(), 0.7);
+  EXPECT_EQ(s["quick_cache"], false);
+  EXPECT_EQ(s["roundup_power2_divisions"]["1"], 4);
+  EXPECT_NE(s["PYTORCH_CUDA_ALLOC_CONF"].get<std::string>().find("quick_cache:False"),
+            std::string::npos);
+  // Allocation works with the new settings (rounding to quarters of a power of two).
+  void* p = caching_allocator_alloc(5 * memory::kMiB + 1, 0);
+  EXPECT_EQ(allocation_info(p)->size, 6 * memory::kMiB);
+  caching_allocator_delete(p);
+  // Keys not given keep their values.
+  set_allocator_settings("quick_cache:True");
+  const memory::AllocatorConfig d = memory::device_allocator(0).settings();
+  EXPECT_TRUE(d.quick_cache);
+  EXPECT_DOUBLE_EQ(d.garbage_collection_threshold, 0.7);
+  set_allocator_settings("garbage_collection_threshold:0.99,roundup_power2_divisions:0,"
+                         "max_non_split_rounding_mb:20,expandable_segments_chunk_pages:8,"
+                         "expandable_segments_slack_div:64");
+}
+
+TEST(MemoryConfig, FractionKeyAppliesToEveryDevice) {
+  touch_allocator();
+  set_allocator_settings("per_process_memory_fraction:0.5");
+  EXPECT_DOUBLE_EQ(get_per_process_memory_fraction(0), 0.5);
+  EXPECT_DOUBLE_EQ(snapshot_settings()["per_process_memory_fraction"].get<double>(), 0.5);
+  set_allocator_settings("per_process_memory_fraction:1");
+  EXPECT_DOUBLE_EQ(get_per_process_memory_fraction(0), 1.0);
+}
+
+TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
+  touch_allocator();
+  const memory::AllocatorConfig before = memory::settings_in_force();
+  for (const char* change : {"expandable_segments:True", "backend:cudaMallocAsync",
+                             "max_split_size_mb:100",
+                             "garbage_collection_threshold:0.5,expandable_segments:True"}) {
+    try {
+      set_allocator_settings(change);
+      ADD_FAILURE() << "accepted " << change;
+    } catch (const ValueError& e) {
+      const std::string what = e.what();
+      const std::string key = std::string(change).substr(std::string(change).rfind(',') + 1);
+      EXPECT_NE(what.find(key.substr(0, key.find(':'))), std::string::npos) << what;
+      EXPECT_NE(what.find("CUDAKIT_ALLOC_CONF"), std::string::npos) << what;
+    }
+  }
+  // Nothing of a refused call was applied (not even its live keys).
+  const memory::AllocatorConfig after = memory::settings_in_force();
+  EXPECT_EQ(after.expandable_segments, before.expandable_segments);
+  EXPECT_DOUBLE_EQ(after.garbage_collection_threshold, before.garbage_collection_threshold);
+  EXPECT_DOUBLE_EQ(memory::config().garbage_collection_threshold,
+                   before.garbage_collection_threshold);
+  // The values in force are accepted (nothing changes).
+  EXPECT_NO_THROW(set_allocator_settings("expandable_segments:False,backend:native"));
+  EXPECT_EQ(get_allocator_backend(), "native");
+  EXPECT_EQ(snapshot_settings()["backend"], "native");
+  EXPECT_EQ(snapshot_settings()["expandable_segments"], false);
+  touch_allocator();
+}
+
+TEST(MemoryConfig, InertKeysWarn) {
+  Warnings w;
+  set_allocator_settings("release_lock_on_cudamalloc:True");
+  auto seen = w.take();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_NE(seen[0].find("release_lock_on_cudamalloc"), std::string::npos);
+  EXPECT_NE(seen[0].find("no effect"), std::string::npos);
+  set_allocator_settings("graph_capture_record_stream_reuse:False,quick_cache:True");
+  seen = w.take();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_NE(seen[0].find("graph_capture_record_stream_reuse"), std::string::npos);
+  set_allocator_settings("quick_cache:True");
+  EXPECT_TRUE(w.take().empty());
+}
+
+TEST(MemoryConfig, UnknownKeysAndBadValuesAreRefusedWithoutChangingAnything) {
+  const double gc = memory::settings_in_force().garbage_collection_threshold;
+  for (const char* bad : {"garbage_collection_threshold:0.3,quick_cach:True",
+                          "quick_cache:maybe", "expandable_segments_chunk_pages:0",
+                          "expandable_segments_slack_div:1.5", "pinned_num_register_threads:3"}) {
+    EXPECT_THROW(set_allocator_settings(bad), ValueError) << bad;
+  }
+  EXPECT_DOUBLE_EQ(memory::settings_in_force().garbage_collection_threshold, gc);
+}
+
+TEST(MemoryConfig, PinnedHostRegisterModeRegistersBlocks) {
+  memory::HostAllocator& h = memory::host_allocator();
+  host_empty_cache();
+  set_allocator_settings("pinned_use_cuda_host_register:True,pinned_num_register_threads:4");
+  EXPECT_TRUE(memory::settings_in_force().pinned_use_host_register);
+  const std::size_t before = h.registered_block_count();
+  {
+    Allocation big = allocate_host(8 * memory::kMiB, true);   // pre-faulted by 4 threads
+    Allocation small = allocate_host(1000, true);
+    EXPECT_EQ(h.registered_block_count(), before + 2);
+    static_cast<char*>(big.get())[8 * memory::kMiB - 1] = 1;  // ordinary, writable memory
+  }
+  set_allocator_settings("pinned_use_cuda_host_register:False,pinned_num_register_threads:1");
+  {
+    Allocation other = allocate_host(3 * memory::kMiB, true);  // a new size class: driver pinned
+    EXPECT_EQ(h.registered_block_count(), before + 2);
+  }
+  host_empty_cache();  // registered blocks are unregistered and freed
+  EXPECT_EQ(h.registered_block_count(), 0u);
+  EXPECT_EQ(host_memory_stats()["segment.current"], 0);
+}
+
+TEST(MemoryConfig, PinnedBackgroundThreadReturnsBlocksWhoseEventsCompleted) {
+  memory::HostAllocator& h = memory::host_allocator();
+  set_allocator_settings("pinned_use_background_threads:True");
+  Stream s(0);
+  {
+    Allocation a = allocate_host(4096, true);
+    record_stream(a.get(), s);
+    s.launch_host_func([] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  }  // freed: waits for an event behind the sleeping task
+  EXPECT_GE(h.pending_event_count(), 1u);
+  // Nobody allocates or empties the cache: the background thread must notice completion.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (h.pending_event_count() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(h.pending_event_count(), 0u);
+  EXPECT_EQ(host_memory_stats()["active_requests.current"], 0);
+  set_allocator_settings("pinned_use_background_threads:False");
+  s.sync();
+}

@@ -1,0 +1,85 @@
+"""Allocator settings from Python (issue 8.4): one source of truth, live vs init-only keys,
+warnings for inert keys. Each case runs in a fresh interpreter: the settings are process-wide."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cudakit
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _need_device():
+    if not cudakit.is_available():
+        pytest.skip(f"no device on backend {cudakit.backend_name()}")
+
+
+def _run(script: str, **env: str) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    for k in ("CUDAKIT_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        e.pop(k, None)
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=e,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_inert_key_warns_as_a_user_warning():
+    r = _run("""
+        import warnings
+        import cudakit.memory as m
+        m.caching_allocator_delete(m.caching_allocator_alloc(8))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            m._set_allocator_settings("release_lock_on_cudamalloc:True")
+        print(len(w), w[0].category.__name__, "release_lock_on_cudamalloc" in str(w[0].message))
+    """)
+    assert r.stdout.split() == ["1", "UserWarning", "True"]
+
+
+def test_inert_key_in_the_environment_warns_at_first_allocation():
+    r = _run("""
+        import cudakit.memory as m
+        m.caching_allocator_delete(m.caching_allocator_alloc(8))
+        m.caching_allocator_delete(m.caching_allocator_alloc(8))
+    """, PYTORCH_CUDA_ALLOC_CONF="graph_capture_record_stream_reuse:True")
+    assert r.stderr.count("graph_capture_record_stream_reuse") == 1, r.stderr
+    assert "UserWarning" in r.stderr
+
+
+def test_init_only_key_raises_once_an_allocator_exists_and_applies_before():
+    r = _run("""
+        import cudakit.memory as m
+        m._set_allocator_settings("expandable_segments:True")   # before any allocation: fine
+        p = m.caching_allocator_alloc(3 << 20)
+        print(m.memory_snapshot()[0]["is_expandable"])
+        print(m._snapshot()["allocator_settings"]["expandable_segments"])
+        try:
+            m._set_allocator_settings("expandable_segments:False")
+        except ValueError as e:
+            print("ValueError", "expandable_segments" in str(e))
+        m._set_allocator_settings("garbage_collection_threshold:0.8")   # live: fine
+        print(m._snapshot()["allocator_settings"]["garbage_collection_threshold"])
+        print(m.get_allocator_backend())
+        m.caching_allocator_delete(p)
+    """)
+    assert r.stdout.split() == ["True", "True", "ValueError", "True", "0.8", "native"]
+
+
+def test_no_environment_side_doors_in_the_memory_module():
+    # Every setting of the allocators goes through CUDAKIT_ALLOC_CONF (config.cpp reads it).
+    offenders = []
+    for path in sorted((ROOT / "src" / "memory").glob("*.[ch]pp")):
+        if path.name == "config.cpp":
+            continue
+        if "getenv" in path.read_text():
+            offenders.append(path.name)
+    assert offenders == []
