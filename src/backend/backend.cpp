@@ -33,6 +33,16 @@ void validate(const std::string& name) {
 
 bool is_shutting_down() noexcept { return g_shutting_down.load(std::memory_order_acquire); }
 
+namespace {
+thread_local bool t_in_host_function = false;
+}  // namespace
+
+bool in_host_function() noexcept { return t_in_host_function; }
+HostFunctionScope::HostFunctionScope() noexcept : previous_(t_in_host_function) {
+  t_in_host_function = true;
+}
+HostFunctionScope::~HostFunctionScope() { t_in_host_function = previous_; }
+
 std::string selected_backend_name() {
   std::lock_guard lock(g_mutex);
   if (Backend* b = g_backend.load()) return b->name();

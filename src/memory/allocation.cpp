@@ -7,6 +7,7 @@
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
+#include "memory/deferred_free.hpp"
 #include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
 
@@ -34,10 +35,18 @@ inline bool free_native(void* ptr, int dev_hint) {
 }  // namespace
 
 void* native_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+  drain_deferred_frees();
   return alloc_native(bytes, dev, stream);
 }
 
-bool native_free(void* ptr, int dev_hint) { return free_native(ptr, dev_hint); }
+bool native_free(void* ptr, int dev_hint) {
+  if (detail::in_host_function()) [[unlikely]] {  // deferred_free.hpp says why
+    defer_free(ptr, dev_hint, DeferredKind::device);
+    return true;
+  }
+  drain_deferred_frees();
+  return free_native(ptr, dev_hint);
+}
 
 bool native_record_stream(void* ptr, detail::StreamHandle stream) {
   for (DeviceAllocator* a : existing_allocators())
@@ -48,11 +57,17 @@ bool native_record_stream(void* ptr, detail::StreamHandle stream) {
 // Exported (not public): it is the first frame of allocation-history stacks for allocations
 // through allocate_device, and history names frames through the dynamic symbol table.
 void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+  drain_deferred_frees();
   if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
   return alloc_native(bytes, dev, stream);
 }
 
 bool raw_free(void* ptr, int dev_hint) {
+  if (detail::in_host_function()) [[unlikely]] {  // deferred_free.hpp says why
+    defer_free(ptr, dev_hint, DeferredKind::device);
+    return true;
+  }
+  drain_deferred_frees();
   return free_in_plugged(ptr) || free_native(ptr, dev_hint);
 }
 }  // namespace memory

@@ -376,27 +376,64 @@ bool DeviceAllocator::free(void* ptr) {
   if (history_enabled()) trace_.record("free_requested", b->ptr, b->requested, b->stream, b);
 
   if (b->async) {
-    free_async(b);
-  } else if (!b->stream_uses.empty()) {
-    // Reuse must wait for the other streams' work enqueued so far (event record: no wait).
+    AsyncFree work = free_async(b);
+    lock.unlock();
+    finish_free_async(work);
+    return true;
+  }
+  if (!b->stream_uses.empty()) {
+    // Reuse must wait for the other streams' work enqueued so far. The events are created and
+    // recorded with no allocator lock held: cuEventCreate takes a driver lock that a thread
+    // inside cuMemFreeHost / cuCtxSynchronize holds while the device drains, and draining may
+    // run a host function that frees memory here (a deadlock seen on the H200 by
+    // test_memory_stress). Until its events are pending, the block is in limbo: not in
+    // active_, not free (event_count > 0), so nothing can reuse or release it.
+    std::vector<std::pair<detail::EventHandle, detail::StreamHandle>> marks;
+    marks.reserve(b->stream_uses.size());
     for (detail::StreamHandle s : b->stream_uses) {
-      detail::EventHandle e;
+      detail::EventHandle e = nullptr;
       if (!spare_events_.empty()) {
         e = spare_events_.back();
         spare_events_.pop_back();
-      } else {
-        e = backend_.event_create(device_, detail::kEventDisableTiming);
       }
-      backend_.event_record(e, s);
-      ++b->event_count;
-      pending_.emplace_back(e, b);
+      marks.emplace_back(e, s);
     }
+    b->event_count = static_cast<int>(marks.size());
     b->stream_uses.clear();
-  } else {
-    free_block(b);
+    lock.unlock();
+    record_free_events(b, marks);
+    return true;
   }
+  free_block(b);
   lock.unlock();  // an uncached block's segment goes back to the device here
   return true;
+}
+
+void DeviceAllocator::record_free_events(
+    Block* b, std::vector<std::pair<detail::EventHandle, detail::StreamHandle>>& marks) {
+  // Locks not held (see free()). Events that cannot be recorded are dropped from the block's
+  // count after the error: the block then frees when the recorded ones complete.
+  std::exception_ptr error;
+  std::size_t recorded = 0;
+  for (auto& [e, s] : marks) {
+    try {
+      if (!e) e = backend_.event_create(device_, detail::kEventDisableTiming);
+      backend_.event_record(e, s);
+      ++recorded;
+    } catch (...) {
+      error = std::current_exception();
+      break;
+    }
+  }
+  Locked lock(*this);
+  for (std::size_t i = 0; i < recorded; ++i) pending_.emplace_back(marks[i].first, b);
+  for (std::size_t i = recorded; i < marks.size(); ++i) {
+    if (marks[i].first) spare_events_.push_back(marks[i].first);
+  }
+  b->event_count -= static_cast<int>(marks.size() - recorded);
+  if (b->event_count == 0) free_block(b);
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
 }
 
 void DeviceAllocator::free_block(Block* b, bool stats_done) {

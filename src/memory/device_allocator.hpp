@@ -219,7 +219,19 @@ class DeviceAllocator {
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
   Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream);
-  void free_async(Block* b);
+  // What the driver still has to do for a freed async block, done after the unlock.
+  struct AsyncFree {
+    void* ptr;
+    detail::StreamHandle stream;
+    std::vector<detail::StreamHandle> stream_uses;
+  };
+  AsyncFree free_async(Block* b);  // locks held: bookkeeping only
+  void finish_free_async(AsyncFree& work);  // locks not held: events, cuMemFreeAsync
+
+  // free() of a block used on other streams: creates and records its events with no lock
+  // held, then makes them pending (the block waits in limbo meanwhile).
+  void record_free_events(Block* b,
+                          std::vector<std::pair<detail::EventHandle, detail::StreamHandle>>& marks);
 
   AllocTrace trace_;  // guarded by fast_lock_
   QuickCache quick_;  // guarded by fast_lock_ (hints read without it)

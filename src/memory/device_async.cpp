@@ -38,22 +38,31 @@ Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::Str
   return b;
 }
 
-void DeviceAllocator::free_async(Block* b) {
-  // Stream uses: the free is ordered after their work by making the allocation stream wait
-  // (event record and stream wait enqueue; neither blocks).
-  for (detail::StreamHandle s : b->stream_uses) {
-    detail::EventHandle e = backend_.event_create(device_, detail::kEventDisableTiming);
-    backend_.event_record(e, s);
-    backend_.stream_wait_event(b->stream, e);
-    backend_.event_destroy(e);
-  }
-  backend_.mem_free_async(reinterpret_cast<void*>(b->ptr), b->stream);
+DeviceAllocator::AsyncFree DeviceAllocator::free_async(Block* b) {
+  // Locks held: bookkeeping only. The driver calls happen in finish_free_async(), after the
+  // unlock (no driver call under the allocator's locks: see free()).
+  AsyncFree work{reinterpret_cast<void*>(b->ptr), b->stream, b->stream_uses};
+  b->stream_uses.clear();
   const bool small = b->pool->is_small;
   stats_.free_completed(small, b->size);
   stats_.segment_released(small, b->size, /*oversize=*/false);
   if (history_enabled()) trace_.record("free_completed", b->ptr, b->requested, b->stream, b);
   trace_.drop_stack(b);
   recycle(b);
+  return work;
+}
+
+void DeviceAllocator::finish_free_async(AsyncFree& work) {
+  // Stream uses: the free is ordered after their work by making the allocation stream wait
+  // (event record and stream wait enqueue; neither blocks). The memory is the driver's again
+  // after mem_free_async; this allocator forgot the block already.
+  for (detail::StreamHandle s : work.stream_uses) {
+    detail::EventHandle e = backend_.event_create(device_, detail::kEventDisableTiming);
+    backend_.event_record(e, s);
+    backend_.stream_wait_event(work.stream, e);
+    backend_.event_destroy(e);
+  }
+  backend_.mem_free_async(work.ptr, work.stream);
 }
 
 }  // namespace cudakit::memory

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cudakit/error.hpp"
+#include "memory/deferred_free.hpp"
 #include "memory/locks.hpp"
 #include "memory/stats.hpp"
 
@@ -54,6 +55,7 @@ void HostAllocator::apply_settings(const AllocatorConfig& cfg) {
 }
 
 void* HostAllocator::allocate(std::size_t bytes) {
+  drain_deferred_frees();
   if (bytes == 0) return nullptr;
   // Power-of-two classes: a request above the largest one would round to 0, and one above
   // the host's physical memory can never be page-locked; refuse both before any arithmetic.
@@ -155,6 +157,11 @@ void HostAllocator::release_block(void* p, bool registered) {
 }
 
 bool HostAllocator::free(void* ptr) {
+  if (detail::in_host_function()) [[unlikely]] {  // deferred_free.hpp says why
+    defer_free(ptr, -1, DeferredKind::pinned_host);
+    return true;
+  }
+  drain_deferred_frees();
   std::lock_guard lock(mutex_);
   auto it = blocks_.find(ptr);
   if (it == blocks_.end() || !it->second.allocated) return false;

@@ -20,7 +20,14 @@
 // "synchronous for most use cases"; torch synchronises the stream before it anyway),
 // cuMemFreeHost, and plug-in free functions (often cudaFree). Allocation-side calls
 // (cuMemAlloc, cuMemCreate/Map/SetAccess, cuMemHostAlloc), event record/query and stream
-// query do not wait for queued work and may run under the locks, as in torch.
+// query do not wait for queued work and may run under the locks, as in torch. Event
+// creation on the free path is nevertheless done outside them (DeviceAllocator::free).
+//
+// The driver's own locks: a driver call under an allocator lock may wait for a driver lock
+// that another thread keeps while the device drains (cuMemFreeHost, cuCtxSynchronize), and
+// draining runs host functions. So a host function must never block on an allocator lock:
+// frees made inside one are deferred (deferred_free.hpp), which breaks that cycle whatever
+// driver call the lock holder is in.
 //
 // Python: a thread that entered through Python may hold the GIL, and what it waits for (a
 // finaliser, a stream task dropping a Python-owned buffer) may need the GIL. Every wait above

@@ -5,6 +5,7 @@
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
+#include "memory/deferred_free.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
 #include "memory/pluggable.hpp"
@@ -34,6 +35,7 @@ void put_stat(std::map<std::string, std::int64_t>& m, const std::string& prefix,
 }  // namespace
 
 MemoryStats memory_stats_of(int device) {
+  memory::drain_deferred_frees();  // so a synchronised caller sees host functions' frees
   const int d = dev_of(device);
   MemoryStats s = device_allocator(d).stats();
   if (auto* p = memory::plugged_allocator()) p->add_stats(d, s);
@@ -64,6 +66,7 @@ std::map<std::string, std::int64_t> memory_stats(int device) {
 }
 
 std::size_t memory_allocated(int device) {
+  memory::drain_deferred_frees();  // so a synchronised caller sees host functions' frees
   const int d = dev_of(device);
   auto n = device_allocator(d).allocated_bytes_now();
   if (auto* p = memory::plugged_allocator()) {
@@ -176,6 +179,7 @@ std::string memory_summary(int device, bool abbreviated) {
 }
 
 void empty_cache() {
+  memory::drain_deferred_frees();
   for (memory::DeviceAllocator* a : memory::existing_allocators()) a->empty_cache();
 }
 

@@ -263,7 +263,12 @@ def test_private_pool_sharing_and_release(ck):
     del g1, g2, g3, g4, y, z, w, v, b, c, x, mp
     gc.collect()
     ck.empty_cache()
-    assert ck.memory_reserved() == reserved0
+    if ck.memory_reserved() != reserved0:  # say which segments stayed, and why
+        left = [(s["segment_pool_id"], s["stream"], s["total_size"],
+                 [(b["state"], b["size"]) for b in s["blocks"]])
+                for s in ck.memory_snapshot()]
+        raise AssertionError(f"reserved {ck.memory_reserved()} != {reserved0} after releasing "
+                             f"every graph; segments left: {left}")
 
 
 def test_rng_fresh_per_replay_and_reproducible(ck):

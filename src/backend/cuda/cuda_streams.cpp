@@ -25,6 +25,7 @@ static_assert(sizeof(IpcHandle) == sizeof(CUipcMemHandle));
 
 // Runs on a driver thread. Exceptions must never unwind into the driver.
 void invoke(HostTask* task) noexcept {
+  HostFunctionScope host_function;  // frees in here are deferred (backend.hpp)
   try {
     (*task)();
   } catch (const std::exception& e) {
@@ -45,7 +46,10 @@ void run_host_task_once(void* user_data) {
 // Captured launch: a graph may replay the node any number of times, so the task is owned by
 // a CUDA user object retained by the graph and freed when the graph and its executables die.
 void run_host_task_captured(void* user_data) { invoke(static_cast<HostTask*>(user_data)); }
-void delete_host_task(void* user_data) { delete static_cast<HostTask*>(user_data); }
+void delete_host_task(void* user_data) {
+  HostFunctionScope host_function;  // a driver thread: what the task owned is freed later
+  delete static_cast<HostTask*>(user_data);
+}
 
 }  // namespace
 
