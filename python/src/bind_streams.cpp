@@ -3,8 +3,10 @@
 // `with stream(s):` each cost well under a microsecond.
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "args.hpp"
 #include "bound_types.hpp"
@@ -36,6 +38,16 @@ PyStreamContext make_context(py::handle s, const char* fn) {
 }
 
 void bind(py::module_& m) {
+  // Test support: occupies `stream` for `seconds` with a host function (a kernel-free way to
+  // keep later work queued while a test looks at the allocator).
+  m.def("_launch_host_sleep", [](py::handle stream, py::handle seconds) {
+    const StreamRef s = stream_arg(stream, Arg{"_launch_host_sleep", "stream"});
+    const double sec = to_double(seconds, Arg{"_launch_host_sleep", "seconds"});
+    py::gil_scoped_release release;
+    s.launch_host_func([sec] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(sec));
+    });
+  });
   auto stream_cls = py::class_<PyStream>(m, "Stream", py::dynamic_attr(), R"doc(
 A CUDA stream (torch.cuda.Stream). Stream(device=None, priority=0) draws from the device's
 pool of streams (round-robin, 32 per priority); lower priority numbers run first.)doc");

@@ -23,6 +23,20 @@ void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::f
     fn();
     return;
   }
+  // The task keeps only what the caching allocator does not order by stream: host memory
+  // (pageable or pinned: on CUDA a pageable copy is synchronous, and the pinned cache guards
+  // its blocks with events) and memory someone else owns. cudakit's device blocks are
+  // returned to the allocator when their last tensor goes, as on CUDA: the block is reused
+  // only in stream order (or after record_stream's events), so memory_allocated() drops at
+  // `del` (torch's semantics) and the emulated backend defers the host free of a released
+  // segment until the streams have run what was queued before it (emulated/memory.cpp).
+  std::erase_if(keep, [](const std::shared_ptr<Storage>& s) {
+    return s && s->device().is_cuda() && !s->is_external();
+  });
+  if (keep.empty()) {
+    detail::backend().launch_host_kernel(stream_for(d), kernel, std::move(fn));
+    return;
+  }
   detail::backend().launch_host_kernel(stream_for(d), kernel,
                                        [keep = std::move(keep), fn = std::move(fn)] { fn(); });
 }

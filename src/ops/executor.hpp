@@ -2,7 +2,8 @@
 // (kernels/elementwise.hpp) and hands it to:
 //   * the CPU implementation (cpu_kernels.cpp): run inline for host tensors, or enqueued as
 //     a host task on the current stream for emulated device tensors (the emulated device's
-//     memory is host memory), keeping the operands' storage alive until it ran;
+//     memory is host memory), keeping host and foreign operands alive until it ran (cudakit's
+//     own device blocks are stream-ordered by the allocator, as on CUDA);
 //   * the CUDA launcher (cuda_kernels.cpp): a kernel from the embedded fatbin on the current
 //     stream of the tensor's device.
 #pragma once
@@ -27,7 +28,7 @@ detail::StreamHandle stream_for(const Device& d);  // current stream of a device
 inline int code(DType t) { return static_cast<int>(t); }
 
 // Runs `fn` for device `d`: inline (host), or as a host task on d's current stream that
-// keeps `keep` alive until it has run. On the emulated device the task stands for a kernel
+// keeps the host and foreign storages of `keep` alive until it has run. On the emulated device the task stands for a kernel
 // named `kernel` (a string literal): graph capture records it as a kernel node.
 void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn,
              const char* kernel = "ck_host_op");

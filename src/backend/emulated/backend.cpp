@@ -93,6 +93,7 @@ DeviceInfo EmulatedBackend::device_info(int device) {
 
 MemInfo EmulatedBackend::mem_get_info(int device) {
   Device& d = dev(device);
+  reap_freed();
   std::size_t used = d.used.load(std::memory_order_relaxed);
   return MemInfo{used >= d.limit ? 0 : d.limit - used, d.limit};
 }

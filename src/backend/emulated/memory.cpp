@@ -41,7 +41,7 @@ void* EmulatedBackend::alloc_device(int device, std::size_t bytes) {
   return p;
 }
 
-void EmulatedBackend::free_device(void* ptr, const char* what) {
+void EmulatedBackend::free_device(void* ptr, const char* what, bool after_queued_work) {
   if (ptr == nullptr) return;
   Range r{};
   {
@@ -53,18 +53,70 @@ void EmulatedBackend::free_device(void* ptr, const char* what) {
                                                   "emulated device allocation");
     }
     r = it->second;
-    ranges_.erase(it);
+    ranges_.erase(it);  // the address stays reserved (not freed to libc) until released
   }
-  std::free(ptr);
-  release_bytes(*devices_[static_cast<std::size_t>(r.device)], r.accounted);
+  std::vector<Dep> until;
+  if (after_queued_work) {
+    for (auto& d : devices_) {  // every device: a peer copy may still read this memory
+      std::lock_guard dl(d->mu);
+      for (auto& st : d->streams) {
+        std::lock_guard sl(st->mu);
+        if (st->enqueued > st->completed) until.push_back(Dep{st, st->enqueued});
+      }
+      if (d->legacy) {
+        std::lock_guard ll(d->legacy->mu);
+        if (d->legacy->enqueued > d->legacy->completed) {
+          until.push_back(Dep{d->legacy, d->legacy->enqueued});
+        }
+      }
+    }
+  }
+  if (until.empty()) {
+    std::free(ptr);
+    release_bytes(*devices_[static_cast<std::size_t>(r.device)], r.accounted);
+    return;
+  }
+  std::lock_guard lock(pending_frees_mu_);
+  pending_frees_.push_back(PendingFree{ptr, r.device, r.accounted, std::move(until)});
+  frees_pending_.store(true, std::memory_order_release);
+}
+
+void EmulatedBackend::reap_freed() {
+  if (!frees_pending_.load(std::memory_order_acquire)) return;
+  std::vector<PendingFree> done;
+  {
+    std::lock_guard lock(pending_frees_mu_);
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < pending_frees_.size(); ++i) {
+      PendingFree& f = pending_frees_[i];
+      bool ran = true;
+      for (const Dep& dep : f.until) ran = ran && reached(*dep.stream, dep.seq);
+      if (ran) {
+        done.push_back(std::move(f));
+      } else if (keep != i) {
+        pending_frees_[keep++] = std::move(f);
+      } else {
+        ++keep;
+      }
+    }
+    pending_frees_.resize(keep);
+    frees_pending_.store(keep != 0, std::memory_order_release);
+  }
+  for (PendingFree& f : done) {
+    std::free(f.ptr);
+    release_bytes(*devices_[static_cast<std::size_t>(f.device)], f.accounted);
+  }
 }
 
 void* EmulatedBackend::mem_alloc(int device, std::size_t bytes) {
   check_unsafe_call("mem_alloc");
+  reap_freed();
   return alloc_device(device, bytes);
 }
 
-void EmulatedBackend::mem_free(int, void* ptr) { free_device(ptr, "mem_free"); }
+void EmulatedBackend::mem_free(int, void* ptr) {
+  free_device(ptr, "mem_free", /*after_queued_work=*/true);
+}
 
 void* EmulatedBackend::host_alloc_pinned(std::size_t bytes) {
   void* p = nullptr;

@@ -288,7 +288,21 @@ class EmulatedBackend final : public Backend {
   bool reserve_bytes(Device& d, std::size_t bytes);  // accounting; false on OOM
   void release_bytes(Device& d, std::size_t bytes);
   void* alloc_device(int device, std::size_t bytes);
-  void free_device(void* ptr, const char* what);
+  // `after_queued_work`: cuMemFree's semantics. cuMemFree synchronises the device before the
+  // memory goes; here the host free waits (without blocking the caller) until every stream
+  // has run what was queued before it, since tasks hold raw pointers to device memory.
+  void free_device(void* ptr, const char* what, bool after_queued_work = false);
+  // Frees the device memory whose queued work has run (cheap when nothing waits).
+  void reap_freed();
+  struct PendingFree {
+    void* ptr;
+    int device;
+    std::size_t accounted;
+    std::vector<Dep> until;  // each stream's position when the free was asked for
+  };
+  std::mutex pending_frees_mu_;  // a leaf
+  std::vector<PendingFree> pending_frees_;
+  std::atomic<bool> frees_pending_{false};
   struct Range { std::uintptr_t end; int device; bool vm; std::size_t accounted; };
   std::shared_mutex ranges_mu_;
   std::map<std::uintptr_t, Range> ranges_;  // base → range (device allocs + VM mappings)

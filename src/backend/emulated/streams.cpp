@@ -97,6 +97,11 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     if (!err.empty() && s.error.empty()) s.error = std::move(err);
     ++s.completed;
     s.cv_done.notify_all();
+    if (frees_pending_.load(std::memory_order_relaxed)) {  // device memory waiting for this
+      lk.unlock();
+      reap_freed();
+      lk.lock();
+    }
   }
   lk.unlock();
   std::lock_guard dl(d.mu);
