@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "cudakit/error.hpp"
 #include "memory/expandable_segment.hpp"
@@ -231,7 +232,7 @@ void DeviceAllocator::free_async(Block* b) {
   account_free_completed(b, small);
   stat_update(stats_.segment, small, -1);
   stat_update(stats_.reserved_bytes, small, -static_cast<std::int64_t>(b->size));
-  if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
+  if (allocator_events_wanted()) trace("free_completed", b->ptr, b->requested, b->stream, b);
   drop_stack(b);
   recycle(b);
 }
@@ -293,7 +294,7 @@ Block* DeviceAllocator::quick_take(std::size_t size, std::size_t orig_size,
   b->parked = false;
   b->requested = orig_size;
   account_alloc(b, b->pool->is_small, orig_size);
-  if (history_enabled()) trace("alloc", b->ptr, orig_size, stream, b);
+  if (allocator_events_wanted()) trace("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
 
@@ -342,7 +343,7 @@ int DeviceAllocator::quick_put(void* ptr) {
     quick_parks_ = quick_hits_ = 0;
   }
   account_free(b, b->pool->is_small);
-  if (history_enabled()) {
+  if (allocator_events_wanted()) {
     trace("free_requested", b->ptr, b->requested, b->stream, b);
     trace("free_completed", b->ptr, b->requested, b->stream, b);
   }
@@ -380,7 +381,7 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
     b->requested = orig_size;
     active_.emplace(b->ptr, b);
     account_alloc(b, b->pool->is_small, orig_size);
-    if (history_enabled()) trace("alloc", b->ptr, orig_size, stream, b);
+    if (allocator_events_wanted()) trace("alloc", b->ptr, orig_size, stream, b);
     return b;
   }
   if (!pending_.empty()) process_events();
@@ -478,7 +479,7 @@ Block* DeviceAllocator::finish_alloc(Block* b, BlockPool& pool, std::size_t size
   active_.emplace(b->ptr, b);
   if (pool.owner) ++pool.owner->live_blocks;
   account_alloc(b, pool.is_small, orig_size);
-  if (history_enabled()) trace("alloc", b->ptr, orig_size, stream, b);
+  if (allocator_events_wanted()) trace("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
 
@@ -500,7 +501,7 @@ bool DeviceAllocator::free(void* ptr) {
   b->allocated = false;
   account_free_requested(b, b->pool->is_small);
   if (b->pool->owner) --b->pool->owner->live_blocks;
-  if (history_enabled()) trace("free_requested", b->ptr, b->requested, b->stream, b);
+  if (allocator_events_wanted()) trace("free_requested", b->ptr, b->requested, b->stream, b);
 
   if (b->async) {
     free_async(b);
@@ -551,7 +552,7 @@ void DeviceAllocator::free_block(Block* b, bool stats_done) {
   const bool small = pool.is_small;
   if (!stats_done) {
     account_free_completed(b, small);
-    if (history_enabled()) trace("free_completed", b->ptr, b->requested, b->stream, b);
+    if (allocator_events_wanted()) trace("free_completed", b->ptr, b->requested, b->stream, b);
   }
   drop_stack(b);
   b->requested = 0;
@@ -613,7 +614,7 @@ void DeviceAllocator::synchronize_and_free_events() {
 void DeviceAllocator::release_segment(Block* head) {
   // `head` spans a whole (non-expandable) segment and is free; not in any free set.
   BlockPool& pool = *head->pool;
-  if (history_enabled()) trace("segment_free", head->ptr, head->size, head->stream, nullptr);
+  if (allocator_events_wanted()) trace("segment_free", head->ptr, head->size, head->stream, nullptr);
   if (pool.owner && pool.owner->source) {
     pool.owner->source->free(reinterpret_cast<void*>(head->ptr));
   } else {
@@ -840,12 +841,19 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
     msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
            "other processes sharing the device. ";
   }
-  if (history_enabled()) trace("oom", 0, size, stream, nullptr);
+  if (allocator_events_wanted()) trace("oom", 0, size, stream, nullptr);
   throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);
 }
 
 void DeviceAllocator::trace(const char* action, std::uintptr_t addr, std::size_t size,
                             detail::StreamHandle stream, Block* b) {
+  // [profiler tracer] the observer sees every event; history's part below runs only when
+  // history is on (segment_alloc reached it unconditionally before the observer existed).
+  if (AllocatorObserver obs = g_allocator_observer.load(std::memory_order_relaxed)) {
+    obs(AllocatorEvent{action, device_, addr, size, stats_.allocated_bytes[0].current,
+                       stats_.reserved_bytes[0].current});
+    if (!history_enabled() && std::strcmp(action, "segment_alloc") != 0) return;
+  }
   // torch's rules: the allocation stack is kept on the block (context >= "state") and shown
   // on the alloc entry (>= "alloc"); free entries show the free's own stack with "all", else
   // the allocation stack; a deferred free_completed (record_stream) shows the allocation's.

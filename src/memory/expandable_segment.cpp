@@ -267,7 +267,7 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size) {
   b->mapped = true;
   stat_update(stats_.reserved_bytes, b->pool->is_small, static_cast<std::int64_t>(bytes));
   reserved_hwm_ = std::max(reserved_hwm_, static_cast<std::size_t>(stats_.reserved_bytes[0].current));
-  if (history_enabled()) trace("segment_map", b->ptr, bytes, b->stream, nullptr);
+  if (allocator_events_wanted()) trace("segment_map", b->ptr, bytes, b->stream, nullptr);
   return true;
 }
 
@@ -316,7 +316,7 @@ std::size_t DeviceAllocator::unmap_free_pages(Block* b) {
     Block* tail = split_at(mid, hi);
     reinsert(tail);
   }
-  if (history_enabled()) trace("segment_unmap", mid->ptr, mid->size, mid->stream, nullptr);
+  if (allocator_events_wanted()) trace("segment_unmap", mid->ptr, mid->size, mid->stream, nullptr);
   const std::size_t chunks_before = es.chunks_destroyed();
   const std::size_t n = es.unmap(mid->ptr, mid->size);
   stats_.num_device_free += static_cast<std::int64_t>(es.chunks_destroyed() - chunks_before);
