@@ -77,6 +77,21 @@ inline constexpr std::uint8_t kMemUnknown = 0, kMemPageable = 1, kMemPinned = 2,
 // Stream id of records that belong to no stream (context synchronize).
 inline constexpr std::uint32_t kNoStream = 0xFFFFFFFFu;
 
+// CUPTI driver-API callback ids of the calls the emulated backend reports (its records are
+// named and numbered like the driver calls they stand for; the cuda backend checks these
+// against cupti_driver_cbid.h).
+namespace cbid {
+inline constexpr std::uint32_t cuCtxSynchronize = 17;
+inline constexpr std::uint32_t cuEventSynchronize = 121;
+inline constexpr std::uint32_t cuStreamSynchronize = 126;
+inline constexpr std::uint32_t cuMemsetD8Async = 216;
+inline constexpr std::uint32_t cuStreamWaitEvent = 295;
+inline constexpr std::uint32_t cuMemcpyAsync = 306;
+inline constexpr std::uint32_t cuLaunchKernel = 307;
+inline constexpr std::uint32_t cuGraphLaunch = 514;
+inline constexpr std::uint32_t cuLaunchHostFunc = 527;
+}  // namespace cbid
+
 struct ActivityRecord {
   std::int64_t start_ns = 0;  // trace_clock_ns()
   std::int64_t end_ns = 0;    // == start_ns for instantaneous records

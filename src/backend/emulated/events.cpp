@@ -99,7 +99,7 @@ bool EmulatedBackend::event_query(EventHandle e) {
 }
 
 void EmulatedBackend::event_synchronize(EventHandle e) {
-  ApiCall api(*this, "cuEventSynchronize", 121);
+  ApiCall api(*this, "cuEventSynchronize", cbid::cuEventSynchronize);
   Event* ev = event_ptr(e);
   auto [st, seq] = recorded_position(*ev, "event_synchronize");
   SyncWait wait(*this, SyncKind::event_synchronize, st.get(), ev->device, api.correlation());

@@ -84,7 +84,7 @@ GraphExecHandle EmulatedBackend::graph_instantiate(GraphHandle h) {
 }
 
 void EmulatedBackend::graph_launch(GraphExecHandle h, StreamHandle sh) {
-  ApiCall api(*this, "cuGraphLaunch", 514);
+  ApiCall api(*this, "cuGraphLaunch", cbid::cuGraphLaunch);
   GraphExecObj* e = exec_ptr(h);
   Stream* s = resolve(sh);
   HostTask fn;

@@ -252,7 +252,7 @@ bool EmulatedBackend::stream_query(StreamHandle h) {
 }
 
 void EmulatedBackend::stream_synchronize(StreamHandle h) {
-  ApiCall api(*this, "cuStreamSynchronize", 126);
+  ApiCall api(*this, "cuStreamSynchronize", cbid::cuStreamSynchronize);
   Stream* s = resolve(h);
   check_sync_during_capture(*s, "stream_synchronize");
   SyncWait wait(*this, SyncKind::stream_synchronize, s, s->device->index, api.correlation());
@@ -260,7 +260,7 @@ void EmulatedBackend::stream_synchronize(StreamHandle h) {
 }
 
 void EmulatedBackend::device_synchronize(int device) {
-  ApiCall api(*this, "cuCtxSynchronize", 17);
+  ApiCall api(*this, "cuCtxSynchronize", cbid::cuCtxSynchronize);
   Device& d = dev(device);
   {
     std::lock_guard cl(capture_mu_);
@@ -302,7 +302,7 @@ void EmulatedBackend::device_synchronize(int device) {
 }
 
 void EmulatedBackend::stream_wait_event(StreamHandle h, EventHandle e) {
-  ApiCall api(*this, "cuStreamWaitEvent", 295);
+  ApiCall api(*this, "cuStreamWaitEvent", cbid::cuStreamWaitEvent);
   Stream* s = resolve(h);
   Event* ev = event_ptr(e);
   if (capture_wait(*s, *ev)) return;
@@ -323,7 +323,7 @@ int EmulatedBackend::stream_priority(StreamHandle h) { return resolve(h)->priori
 int EmulatedBackend::stream_device(StreamHandle h) { return resolve(h)->device->index; }
 
 void EmulatedBackend::launch_host_task(StreamHandle h, HostTask task) {
-  ApiCall api(*this, "cuLaunchHostFunc", 527);
+  ApiCall api(*this, "cuLaunchHostFunc", cbid::cuLaunchHostFunc);
   if (!task) fail(errc::invalid_value, "launch_host_task: empty task");
   Stream* s = resolve(h);
   if (capture_node(*s, GraphNodeType::host, "host", std::move(task))) return;
@@ -332,7 +332,7 @@ void EmulatedBackend::launch_host_task(StreamHandle h, HostTask task) {
 
 void EmulatedBackend::launch_host_kernel(StreamHandle h, const char* kernel_name,
                                          HostTask task) {
-  ApiCall api(*this, "cuLaunchKernel", 307);
+  ApiCall api(*this, "cuLaunchKernel", cbid::cuLaunchKernel);
   if (!task) fail(errc::invalid_value, "launch_host_kernel: empty task");
   Stream* s = resolve(h);
   OpTrace t;
@@ -346,7 +346,7 @@ void EmulatedBackend::launch_host_kernel(StreamHandle h, const char* kernel_name
 
 void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes,
                                    StreamHandle h) {
-  ApiCall api(*this, "cuMemcpyAsync", 306);
+  ApiCall api(*this, "cuMemcpyAsync", cbid::cuMemcpyAsync);
   Stream* s = resolve(h);
   if (bytes == 0) return;
   if (dst == nullptr || src == nullptr) {
@@ -369,7 +369,7 @@ void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes
 
 void EmulatedBackend::memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
                                       StreamHandle h) {
-  ApiCall api(*this, "cuMemsetD8Async", 216);
+  ApiCall api(*this, "cuMemsetD8Async", cbid::cuMemsetD8Async);
   Stream* s = resolve(h);
   if (bytes == 0) return;
   if (dst == nullptr) fail(errc::invalid_value, "memset_d8_async: null pointer");
