@@ -25,6 +25,7 @@ using cudakit::detail::SyncKind;
 constexpr std::int64_t kSyncRowOffset = 1000000;
 // Kineto sorts device processes after the host's (kExceedMaxPid-style offset).
 constexpr std::int64_t kDeviceSortOffset = 5000000;
+constexpr std::uint8_t kFlowStart = TraceData::kFlowStart, kFlowEnd = TraceData::kFlowEnd;
 
 const char* sync_name(std::uint8_t kind) {
   switch (static_cast<SyncKind>(kind)) {
@@ -57,6 +58,46 @@ std::int64_t device_tid(const ActivityRecord& r) {
 // ---------------------------------------------------------------------------------------
 // Sinks: the JSON writer and the TraceEvent builder share this interface.
 
+// Append-only byte buffer: the export appends ~20 small pieces per event, and
+// std::string::append's out-of-line growth path for each piece was measurable; here an append
+// is a capacity check and a memcpy the compiler sizes for literals.
+class Buf {
+ public:
+  void reserve(std::size_t n) {
+    if (n > cap_) grow(n - len_);
+  }
+  void append(const char* s, std::size_t n) {
+    if (n > cap_ - len_) [[unlikely]] grow(n);
+    std::memcpy(data_.get() + len_, s, n);
+    len_ += n;
+  }
+  void append(std::string_view s) { append(s.data(), s.size()); }
+  template <std::size_t N>
+  void append(const char (&lit)[N]) {
+    append(lit, N - 1);
+  }
+  void append(const char* s, const char* end) { append(s, static_cast<std::size_t>(end - s)); }
+  void push_back(char c) {
+    if (len_ == cap_) [[unlikely]] grow(1);
+    data_[len_++] = c;
+  }
+  const char* data() const { return data_.get(); }
+  std::size_t size() const { return len_; }
+  bool empty() const { return len_ == 0; }
+  void clear() { len_ = 0; }
+
+ private:
+  void grow(std::size_t need) {
+    const std::size_t cap = std::max(cap_ * 2, len_ + need + 4096);
+    auto next = std::make_unique<char[]>(cap);
+    if (len_) std::memcpy(next.get(), data_.get(), len_);
+    data_ = std::move(next);
+    cap_ = cap;
+  }
+  std::unique_ptr<char[]> data_;
+  std::size_t len_ = 0, cap_ = 0;
+};
+
 class JsonOut {
  public:
   using Flush = void (*)(void* ctx, const char* data, std::size_t n);
@@ -70,9 +111,10 @@ class JsonOut {
     buf_.append("{\"ph\":\"");
     buf_.push_back(ph);
     buf_.append("\"");
-    if (!cat.empty()) {
-      buf_.append(",\"cat\":");
-      str(cat);
+    if (!cat.empty()) {  // categories are cudakit's literals
+      buf_.append(",\"cat\":\"");
+      buf_.append(cat);
+      buf_.push_back('"');
     }
     if (ph == 'i') buf_.append(",\"s\":\"t\"");
     buf_.append(",\"name\":");
@@ -101,16 +143,42 @@ class JsonOut {
     num(tid);
     buf_.append(",\"ts\":");
     us(ts);
-    buf_.append(ph == 'f' ? ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}"
-                          : ",\"cat\":\"ac2g\",\"name\":\"ac2g\"}");
+    buf_.append(std::string_view(ph == 'f' ? ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}"
+                                           : ",\"cat\":\"ac2g\",\"name\":\"ac2g\"}"));
     maybe_flush();
   }
+  // Keys are cudakit's literals (written as they are) except annotation keys, which come
+  // through the *_esc forms. Escaping every literal key cost ~15% of the export.
   void arg(std::string_view k, std::int64_t v) { key(k), num(v); }
   void arg_u(std::string_view k, std::uint64_t v) { key(k), num(v); }
   void arg_d(std::string_view k, double v) { key(k), dbl(v); }
+  void arg_f(std::string_view k, float v) { key(k), dbl(v); }
   void arg_s(std::string_view k, std::string_view v) { key(k), str(v); }
-  void arg_b(std::string_view k, bool v) { key(k), buf_.append(v ? "true" : "false"); }
+  void arg_b(std::string_view k, bool v) {
+    key(k), buf_.append(std::string_view(v ? "true" : "false"));
+  }
   void arg_null(std::string_view k) { key(k), buf_.append("null"); }
+  // An annotation entry: user text, so the key is escaped.
+  void ann(std::string_view k, const graph_annotations::AnnotationValue& v) {
+    buf_.append(std::string_view(args_open_ ? "," : ",\"args\":{"));
+    args_open_ = true;
+    str(k);
+    buf_.push_back(':');
+    std::visit([&](const auto& x) {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, std::nullptr_t>) {
+        buf_.append("null");
+      } else if constexpr (std::is_same_v<T, bool>) {
+        buf_.append(std::string_view(x ? "true" : "false"));
+      } else if constexpr (std::is_same_v<T, std::int64_t>) {
+        num(x);
+      } else if constexpr (std::is_same_v<T, double>) {
+        dbl(x);
+      } else {
+        str(x);
+      }
+    }, v);
+  }
   void arg_dims(std::string_view k, const std::uint32_t (&v)[3]) {
     key(k);
     buf_.push_back('[');
@@ -122,7 +190,7 @@ class JsonOut {
     buf_.push_back(']');
   }
   void end() {
-    buf_.append(args_open_ ? "}}" : "}");
+    buf_.append(std::string_view(args_open_ ? "}}" : "}"));
     maybe_flush();
   }
   void finish() {
@@ -162,7 +230,8 @@ class JsonOut {
     auto res = std::to_chars(tmp, tmp + sizeof tmp, v);
     buf_.append(tmp, res.ptr);
   }
-  void dbl(double v) {
+  template <class F>
+  void dbl(F v) {
     if (!std::isfinite(v)) v = 0;  // JSON has no inf / nan
     char tmp[32];
     auto res = std::to_chars(tmp, tmp + sizeof tmp, v);
@@ -181,10 +250,10 @@ class JsonOut {
  private:
   static constexpr std::size_t kFlushAt = 1 << 20;
   void key(std::string_view k) {
-    buf_.append(args_open_ ? "," : ",\"args\":{");
+    buf_.append(std::string_view(args_open_ ? ",\"" : ",\"args\":{\""));
     args_open_ = true;
-    str(k);
-    buf_.push_back(':');
+    buf_.append(k);
+    buf_.append("\":");
   }
   void maybe_flush() {
     if (buf_.size() >= kFlushAt) {
@@ -194,7 +263,7 @@ class JsonOut {
   }
   Flush flush_;
   void* ctx_;
-  std::string buf_;
+  Buf buf_;
   std::size_t events_ = 0;
   bool args_open_ = false;
 };
@@ -221,6 +290,10 @@ class EventsOut {
   void arg(std::string_view k, std::int64_t v) { add(k, v); }
   void arg_u(std::string_view k, std::uint64_t v) { add(k, v); }
   void arg_d(std::string_view k, double v) { add(k, std::isfinite(v) ? v : 0.0); }
+  void arg_f(std::string_view k, float v) { arg_d(k, v); }
+  void ann(std::string_view k, const graph_annotations::AnnotationValue& v) {
+    std::visit([&](const auto& x) { add(k, x); }, v);
+  }
   void arg_s(std::string_view k, std::string_view v) { add(k, std::string(v)); }
   void arg_b(std::string_view k, bool v) { add(k, v); }
   void arg_null(std::string_view k) { add(k, nullptr); }
@@ -244,7 +317,10 @@ class Emitter {
 
   void run() {
     metadata();
-    for (const ActivityRecord* r : d_.records) record(*r);
+    for (std::size_t i = 0; i < d_.records.size(); ++i) {
+      flow_ = d_.flow.empty() ? 0 : d_.flow[i];
+      record(*d_.records[i]);
+    }
     for (const GpuSpan& s : d_.gpu_spans) {
       out_.begin('X', "gpu_user_annotation", s.range->name ? s.range->name : "", s.device,
                  s.stream == kNoStream ? 0 : s.stream, rel(s.start_ns), s.end_ns - s.start_ns);
@@ -337,6 +413,12 @@ class Emitter {
   }
 
   const std::string& kernel_name(const char* raw) {
+    if (raw == last_kernel_ && last_kernel_name_) return *last_kernel_name_;  // loops repeat
+    last_kernel_ = raw;
+    last_kernel_name_ = &demangled(raw);
+    return *last_kernel_name_;
+  }
+  const std::string& demangled(const char* raw) {
     auto it = demangled_.find(raw);
     if (it != demangled_.end()) return it->second;
     std::string name = raw ? raw : "kernel";
@@ -368,6 +450,25 @@ class Emitter {
     return it == d_.devices.end() ? nullptr : &it->second;
   }
 
+  // Kernel launch statistics, cached for the last shape (a loop launches the same one).
+  const Occupancy& occupancy(const ActivityRecord& r) {
+    const auto& k = r.u.kernel;
+    const bool same = have_occ_ && occ_device_ == r.device &&
+                      std::memcmp(&occ_shape_, &k, sizeof k) == 0;
+    if (!same) {
+      const DeviceProperties* p = props(r.device);
+      const KernelShape shape{{k.grid[0], k.grid[1], k.grid[2]},
+                              {k.block[0], k.block[1], k.block[2]},
+                              k.shared_bytes,
+                              k.registers};
+      occ_ = p ? kernel_occupancy(*p, shape) : Occupancy{};
+      std::memcpy(&occ_shape_, &k, sizeof k);
+      occ_device_ = r.device;
+      have_occ_ = true;
+    }
+    return occ_;
+  }
+
   // Annotation of a graph node (null when none): its keys replace the event's own args of
   // the same name (args.update(annotation), the seed's join).
   const graph_annotations::Annotation* annotation(std::uint64_t node_id) const {
@@ -384,24 +485,7 @@ class Emitter {
   }
   void annotation_args(const graph_annotations::Annotation* a) {
     if (!a) return;
-    for (const auto& [k, v] : *a) {
-      std::visit(
-          [&](const auto& x) {
-            using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, std::nullptr_t>) {
-              out_.arg_null(k);
-            } else if constexpr (std::is_same_v<T, bool>) {
-              out_.arg_b(k, x);
-            } else if constexpr (std::is_same_v<T, std::int64_t>) {
-              out_.arg(k, x);
-            } else if constexpr (std::is_same_v<T, double>) {
-              out_.arg_d(k, x);
-            } else {
-              out_.arg_s(k, x);
-            }
-          },
-          v);
-    }
+    for (const auto& [k, v] : *a) out_.ann(k, v);
   }
 
   void device_work(const ActivityRecord& r) {
@@ -416,14 +500,10 @@ class Emitter {
       if (a("correlation")) out_.arg_u("correlation", r.correlation);
       if (a("registers per thread")) out_.arg_u("registers per thread", r.u.kernel.registers);
       if (a("shared memory")) out_.arg("shared memory", r.u.kernel.shared_bytes);
-      const DeviceProperties* p = props(r.device);
-      const KernelShape shape{{r.u.kernel.grid[0], r.u.kernel.grid[1], r.u.kernel.grid[2]},
-                              {r.u.kernel.block[0], r.u.kernel.block[1], r.u.kernel.block[2]},
-                              r.u.kernel.shared_bytes,
-                              r.u.kernel.registers};
-      const Occupancy occ = p ? kernel_occupancy(*p, shape) : Occupancy{};
-      if (a("blocks per SM")) out_.arg_d("blocks per SM", occ.blocks_per_sm);
-      if (a("warps per SM")) out_.arg_d("warps per SM", occ.warps_per_sm);
+      const Occupancy& occ = occupancy(r);
+      // floats, as Kineto writes them (shorter than doubles, same information)
+      if (a("blocks per SM")) out_.arg_f("blocks per SM", static_cast<float>(occ.blocks_per_sm));
+      if (a("warps per SM")) out_.arg_f("warps per SM", static_cast<float>(occ.warps_per_sm));
       if (a("grid")) out_.arg_dims("grid", r.u.kernel.grid);
       if (a("block")) out_.arg_dims("block", r.u.kernel.block);
       if (a("est. achieved occupancy %")) {
@@ -445,9 +525,7 @@ class Emitter {
     if (a("graph node id")) out_.arg_u("graph node id", r.id);
     annotation_args(ann);
     out_.end();
-    if (r.correlation && d_.api_correlations.count(r.correlation)) {
-      out_.flow('f', r.correlation, pid, tid, ts);
-    }
+    if (flow_ & kFlowEnd) out_.flow('f', r.correlation, pid, tid, ts);
   }
 
   void record(const ActivityRecord& r) {
@@ -476,9 +554,7 @@ class Emitter {
         out_.arg_u("cbid", r.u.api.cbid);
         out_.arg_u("correlation", r.correlation);
         out_.end();
-        if (r.correlation && d_.device_correlations.count(r.correlation)) {
-          out_.flow('s', r.correlation, pid, host_tid(r), ts);
-        }
+        if (flow_ & kFlowStart) out_.flow('s', r.correlation, pid, host_tid(r), ts);
         return;
       }
       case ActivityKind::user_range:
@@ -562,6 +638,13 @@ class Emitter {
 
   const TraceData& d_;
   Out& out_;
+  std::uint8_t flow_ = 0;  // TraceData::flow of the record being written
+  const char* last_kernel_ = nullptr;
+  const std::string* last_kernel_name_ = nullptr;
+  bool have_occ_ = false;
+  int occ_device_ = -1;
+  ActivityRecord::Kernel occ_shape_{};
+  Occupancy occ_;
   std::unordered_map<const char*, std::string> demangled_;
   std::unordered_map<unsigned, std::string> copy_names_;
 };
@@ -653,6 +736,7 @@ void write_chrome_trace(const TraceData& d, std::FILE* f, const std::string& pat
 
 std::string chrome_trace_json(const TraceData& d, const std::string& trace_name) {
   std::string s;
+  s.reserve(d.records.size() * 200 + 4096);
   JsonOut out([](void* c, const char* data, std::size_t n) {
     static_cast<std::string*>(c)->append(data, n);
   }, &s);

@@ -157,6 +157,16 @@ void index_trace(TraceData& d) {
     if (is_api(r->kind)) d.api_correlations.insert(r->correlation);
     if (is_device_work(r->kind)) d.device_correlations.insert(r->correlation);
   }
+  d.flow.assign(d.records.size(), 0);
+  for (std::size_t i = 0; i < d.records.size(); ++i) {
+    const ActivityRecord& r = *d.records[i];
+    if (r.correlation == 0) continue;
+    if (is_api(r.kind) && d.device_correlations.count(r.correlation)) {
+      d.flow[i] = TraceData::kFlowStart;
+    } else if (is_device_work(r.kind) && d.api_correlations.count(r.correlation)) {
+      d.flow[i] = TraceData::kFlowEnd;
+    }
+  }
   compute_gpu_spans(d);
 
   if (!d.records.empty()) d.base_ns = std::min(d.base_ns, d.records.front()->start_ns);

@@ -47,6 +47,10 @@ struct TraceData {
   std::vector<const ActivityRecord*> records;  // sorted by start_ns
   std::unordered_set<std::uint32_t> api_correlations;     // correlations of API records
   std::unordered_set<std::uint32_t> device_correlations;  // ... of kernels/copies/memsets
+  // Per record (same index): kFlowStart on an API record that launched device work in the
+  // trace, kFlowEnd on device work whose launch is in the trace.
+  static constexpr std::uint8_t kFlowStart = 1, kFlowEnd = 2;
+  std::vector<std::uint8_t> flow;
   std::vector<GpuSpan> gpu_spans;
   std::unordered_map<std::uint64_t, graph_annotations::Annotation> annotations;
   std::map<int, DeviceProperties> devices;  // devices that appear in the trace
