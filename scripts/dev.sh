@@ -65,6 +65,7 @@ TSAN_TESTS=(
   test_memory_history
   test_memory_threads
   test_nvtx
+  test_profiler_trace
   test_streams
 )
 ASAN_TESTS=(
@@ -81,6 +82,7 @@ ASAN_TESTS=(
   test_memory_pluggable
   test_nvtx
   test_profiler
+  test_profiler_trace
   test_streams
   test_tensor_async_copy
   test_tensor_core
