@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -525,3 +526,50 @@ TEST(ProfilerTraceOccupancy, MatchesTheOccupancyRules) {
   EXPECT_EQ(kernel_occupancy(h100, one).achieved_percent, 0);
   EXPECT_EQ(kernel_occupancy(DeviceProperties{}, one).blocks_per_sm, 0.0);
 }
+
+#if CUDAKIT_WITH_CUDA && __has_include(<cupti_callbacks.h>)
+#include <dlfcn.h>
+#include <cupti_callbacks.h>
+
+#include "backend/cuda/cupti.hpp"
+
+// Another tool holding CUPTI's one subscription (what Nsight Systems or torch.profiler do):
+// the trace degrades to cudakit's own events with a message saying why, and the next trace
+// after the tool lets go has its device part again. GPU only (scripts/gpu-check.sh).
+TEST(ProfilerTraceGpu, ForeignCuptiSubscriberDegradesWithAClearMessage) {
+  if (std::strcmp(detail::backend().name(), "cuda") != 0 || !have_device()) {
+    GTEST_SKIP() << "needs the cuda backend and a GPU";
+  }
+  void* lib = detail::cuda::cupti().handle;
+  if (!lib) GTEST_SKIP() << "CUPTI not loadable: " << detail::cuda::cupti().reason;
+  auto subscribe = reinterpret_cast<decltype(&cuptiSubscribe)>(dlsym(lib, "cuptiSubscribe"));
+  auto unsubscribe = reinterpret_cast<decltype(&cuptiUnsubscribe)>(dlsym(lib, "cuptiUnsubscribe"));
+  ASSERT_TRUE(subscribe && unsubscribe);
+  Tensor x = zeros({1024}, device_options());
+  synchronize();
+  CUpti_SubscriberHandle foreign = nullptr;
+  ASSERT_EQ(subscribe(&foreign, [](void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {},
+                      nullptr),
+            CUPTI_SUCCESS);
+  {
+    Trace t;
+    nvtx::range_push("still recorded");
+    x = x + 1.0;
+    nvtx::range_pop();
+    t.stop();
+    ASSERT_FALSE(t.warnings().empty());
+    EXPECT_NE(t.warnings().front().find("already in use"), std::string::npos)
+        << t.warnings().front();
+    const auto ev = t.events();
+    EXPECT_TRUE(with(ev, "kernel").empty());
+    EXPECT_EQ(with(ev, "user_annotation").size(), 1u);
+  }
+  unsubscribe(foreign);
+  Trace t2;
+  x = x + 1.0;
+  t2.stop();
+  EXPECT_TRUE(t2.warnings().empty()) << t2.warnings().front();
+  EXPECT_FALSE(with(t2.events(), "kernel").empty());
+  EXPECT_NE(t2.device_source().find("CUPTI"), std::string::npos);
+}
+#endif
