@@ -240,6 +240,13 @@ def test_bad_arguments_and_paths(ck, tmp_path):
 
 # ---- offline merge (python -m cudakit trace merge) ----
 
+@pytest.fixture
+def ckm():
+    """cudakit for the offline merge: no device needed."""
+    import cudakit
+    return cudakit
+
+
 def _fixture_annotations():
     g = 5 << 32  # the fixture's exec graph id is 5
     return {g | 1: [{"name": "attention"}], g | 3: [{"name": "mlp", "layer": 3}],
@@ -253,9 +260,9 @@ def _run_merge(*args):
                           capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_merge_torch_profiler_trace(ck, tmp_path):
+def test_merge_torch_profiler_trace(ckm, tmp_path):
     pkl = tmp_path / "ann.pkl"
-    ck.profiler.save_annotations(pkl, annotations=_fixture_annotations())
+    ckm.profiler.save_annotations(pkl, annotations=_fixture_annotations())
     out = tmp_path / "merged.json"
     r = _run_merge(DATA / "kineto_graph_replay.json", pkl, "-o", out)
     assert r.returncode == 0, r.stderr
@@ -279,7 +286,7 @@ def test_merge_torch_profiler_trace(ck, tmp_path):
     assert copy["args"]["stream"] == "kept"  # the annotation wins, as with update()
 
 
-def test_merge_accepts_the_seed_pickle_and_gzip(ck, tmp_path):
+def test_merge_accepts_the_seed_pickle_and_gzip(ckm, tmp_path):
     # The seed: "the pickle of dict(get_kernel_annotations()) can be saved next to a trace".
     pkl = tmp_path / "plain.pkl"
     pkl.write_bytes(pickle.dumps(dict(_fixture_annotations())))
@@ -294,9 +301,9 @@ def test_merge_accepts_the_seed_pickle_and_gzip(ck, tmp_path):
     assert names.count("mlp") == 2 and names.count("attention") == 1
 
 
-def test_merge_reports_annotations_from_another_run(ck, tmp_path):
+def test_merge_reports_annotations_from_another_run(ckm, tmp_path):
     pkl = tmp_path / "other.pkl"
-    ck.profiler.save_annotations(pkl, annotations={(9 << 32) | 1: [{"name": "x"}]})
+    ckm.profiler.save_annotations(pkl, annotations={(9 << 32) | 1: [{"name": "x"}]})
     r = _run_merge(DATA / "kineto_graph_replay.json", pkl, "-o", tmp_path / "o.json")
     assert r.returncode == 0
     assert "merged annotations into 0 events" in r.stdout
@@ -310,10 +317,10 @@ class _Evil:
 
 @pytest.mark.parametrize("case", ["missing_trace", "missing_pkl", "not_json", "no_events",
                                   "evil_pickle", "bad_keys", "bad_version", "unwritable"])
-def test_merge_bad_inputs_exit_2_with_one_line(ck, tmp_path, case):
+def test_merge_bad_inputs_exit_2_with_one_line(ckm, tmp_path, case):
     trace = DATA / "kineto_graph_replay.json"
     pkl = tmp_path / "a.pkl"
-    ck.profiler.save_annotations(pkl, annotations=_fixture_annotations())
+    ckm.profiler.save_annotations(pkl, annotations=_fixture_annotations())
     out = tmp_path / "o.json"
     expect = {"missing_trace": "cannot read the trace", "missing_pkl": "cannot read the annotations",
               "not_json": "not a JSON trace", "no_events": "no 'traceEvents' list",
