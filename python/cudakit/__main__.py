@@ -3,6 +3,10 @@
 Commands:
   info    what cudakit sees on this machine (paste it into bug reports), like torch's
           ``collect_env``: versions, backend, devices, optional libraries, allocator settings.
+  trace merge TRACE.json ANNOTATIONS.pkl -o OUT.json
+          joins graph kernel annotations (cudakit.profiler.save_annotations) with a Chrome
+          trace made by torch.profiler or another tool: args.update(annotation) on every event
+          whose "graph node id" is annotated. Exit status 2 on unusable input.
 """
 from __future__ import annotations
 
@@ -16,7 +20,25 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p_info = sub.add_parser("info", help="versions, backend, devices, libraries, settings")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
+    p_trace = sub.add_parser("trace", help="trace tools (merge)")
+    trace_sub = p_trace.add_subparsers(dest="trace_command", metavar="TRACE_COMMAND")
+    p_merge = trace_sub.add_parser(
+        "merge", help="merge graph kernel annotations into a Chrome trace",
+        description="Joins ANNOTATIONS.pkl (cudakit.profiler.save_annotations, or a pickle of "
+                    "dict(get_kernel_annotations())) with TRACE.json (.json or .json.gz).")
+    p_merge.add_argument("trace", metavar="TRACE.json")
+    p_merge.add_argument("annotations", metavar="ANNOTATIONS.pkl")
+    p_merge.add_argument("-o", "--output", required=True, metavar="OUT.json",
+                         help="merged trace (.json, or .json.gz to compress)")
+    p_merge.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     args = parser.parse_args(argv)
+    if args.command == "trace":
+        if args.trace_command == "merge":
+            from . import _trace_merge
+
+            return _trace_merge.main(args.trace, args.annotations, args.output, args.quiet)
+        p_trace.print_help(sys.stderr)
+        return 2
     if args.command == "info":
         from . import _info
 

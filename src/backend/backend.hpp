@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/activity.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/export.hpp"
 #include "cudakit/libraries.hpp"
@@ -292,6 +293,24 @@ class Backend {
   // Idempotent, as the driver's. The emulated backend records the state (test-visible).
   virtual void profiler_start() = 0;
   virtual void profiler_stop() = 0;
+
+  // ---- activity tracing (cudakit::profiler::Trace; records in backend/activity.hpp) ----
+  // Starts delivering activity records to `sink` until activity_stop(). One tracer at a time
+  // (the profiler serialises). Never fails for a missing tool: the status says what is
+  // delivered and why anything asked for is not (cuda: CUPTI absent or held by another tool).
+  // Default: nothing is delivered.
+  virtual ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) {
+    (void)sink;
+    (void)config;
+    ActivityStatus s;
+    s.reason = std::string("the ") + name() + " backend records no device activity";
+    return s;
+  }
+  // Delivers every record buffered so far for work that has completed (call after a device
+  // synchronize to get everything). May block; never called concurrently with start/stop.
+  virtual void activity_flush() {}
+  // Stops recording and releases the tool; records may still arrive for work in flight.
+  virtual void activity_stop() noexcept {}
 };
 
 // RAII: the calling thread's capture mode is `mode` in this scope (used around the caching

@@ -165,7 +165,7 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t alloc_size,
   segment_heads_.insert(b);
   stats_.segment_created(pool.is_small, alloc_size, oversize(alloc_size));
   reserved_hwm_ = std::max(reserved_hwm_, stats_.reserved_bytes());
-  if (history_enabled()) trace_.record("segment_alloc", b->ptr, alloc_size, stream, nullptr);
+  if (allocator_events_wanted()) note_event("segment_alloc", b->ptr, alloc_size, stream, nullptr);
   return b;
 }
 
@@ -185,7 +185,7 @@ Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle s
   if (!b) return nullptr;
   b->requested = orig_size;
   stats_.alloc(b->pool->is_small, b->size, orig_size, oversize(b->size));
-  if (history_enabled()) trace_.record("alloc", b->ptr, orig_size, stream, b);
+  if (allocator_events_wanted()) note_event("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
 
@@ -213,9 +213,9 @@ int DeviceAllocator::quick_put(void* ptr) {
   const bool small = b->pool->is_small;
   stats_.free_requested(small, b->size, b->requested, oversize(b->size));
   stats_.free_completed(small, b->size);
-  if (history_enabled()) {
-    trace_.record("free_requested", b->ptr, b->requested, b->stream, b);
-    trace_.record("free_completed", b->ptr, b->requested, b->stream, b);
+  if (allocator_events_wanted()) {
+    note_event("free_requested", b->ptr, b->requested, b->stream, b);
+    note_event("free_completed", b->ptr, b->requested, b->stream, b);
   }
   trace_.drop_stack(b);
   return 1;
@@ -236,7 +236,7 @@ void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle s
   // or retry can help, and no statistic but num_ooms changes.
   Locked lock(*this);
   stats_.oom();
-  if (history_enabled()) trace_.record("oom", 0, size, stream, nullptr);
+  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
   throw OutOfMemoryError("CUDA out of memory. Tried to allocate " + std::to_string(size) +
                              " bytes on GPU " + std::to_string(device_) + ", which has " +
                              std::to_string(total_memory_) +
@@ -347,7 +347,7 @@ Block* DeviceAllocator::finish_alloc(Block* b, std::size_t size, std::size_t ori
   active_.emplace(b->ptr, b);
   if (pool.owner) ++pool.owner->live_blocks;
   stats_.alloc(pool.is_small, b->size, orig_size, oversize(b->size));
-  if (history_enabled()) trace_.record("alloc", b->ptr, orig_size, stream, b);
+  if (allocator_events_wanted()) note_event("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
 
@@ -373,7 +373,7 @@ bool DeviceAllocator::free(void* ptr) {
   b->allocated = false;
   b->free_epoch = ++free_epoch_;
   stats_.free_requested(b->pool->is_small, b->size, b->requested, oversize(b->size));
-  if (history_enabled()) trace_.record("free_requested", b->ptr, b->requested, b->stream, b);
+  if (allocator_events_wanted()) note_event("free_requested", b->ptr, b->requested, b->stream, b);
 
   if (b->async) {
     AsyncFree work = free_async(b);
@@ -441,7 +441,7 @@ void DeviceAllocator::free_block(Block* b, bool stats_done) {
   BlockPool& pool = *b->pool;
   if (!stats_done) {
     stats_.free_completed(pool.is_small, b->size);
-    if (history_enabled()) trace_.record("free_completed", b->ptr, b->requested, b->stream, b);
+    if (allocator_events_wanted()) note_event("free_completed", b->ptr, b->requested, b->stream, b);
   }
   if (pool.owner) --pool.owner->live_blocks;
   trace_.drop_stack(b);

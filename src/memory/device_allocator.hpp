@@ -234,6 +234,16 @@ class DeviceAllocator {
                           std::vector<std::pair<detail::EventHandle, detail::StreamHandle>>& marks);
 
   AllocTrace trace_;  // guarded by fast_lock_
+  // An allocator event for the history ring (when recording) and the profiler's observer
+  // (when tracing): call under `if (allocator_events_wanted())` (history.hpp).
+  void note_event(const char* action, std::uintptr_t addr, std::size_t size,
+                  detail::StreamHandle stream, Block* b) {
+    if (AllocatorObserver obs = g_allocator_observer.load(std::memory_order_relaxed)) {
+      obs(AllocatorEvent{action, device_, addr, size, stats_.allocated_now(),
+                         static_cast<std::int64_t>(stats_.reserved_bytes())});
+    }
+    if (history_enabled()) trace_.record(action, addr, size, stream, b);
+  }
   QuickCache quick_;  // guarded by fast_lock_ (hints read without it)
   std::atomic<bool> quick_on_{true};  // the quick_cache setting
   SpinLock fast_lock_;

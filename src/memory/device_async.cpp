@@ -34,7 +34,7 @@ Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::Str
   b->requested = size;
   active_.emplace(b->ptr, b);
   stats_.alloc(small, size, size, oversize(size));
-  if (history_enabled()) trace_.record("alloc", b->ptr, size, stream, b);
+  if (allocator_events_wanted()) note_event("alloc", b->ptr, size, stream, b);
   return b;
 }
 
@@ -46,7 +46,7 @@ DeviceAllocator::AsyncFree DeviceAllocator::free_async(Block* b) {
   const bool small = b->pool->is_small;
   stats_.free_completed(small, b->size);
   stats_.segment_released(small, b->size, /*oversize=*/false);
-  if (history_enabled()) trace_.record("free_completed", b->ptr, b->requested, b->stream, b);
+  if (allocator_events_wanted()) note_event("free_completed", b->ptr, b->requested, b->stream, b);
   trace_.drop_stack(b);
   recycle(b);
   return work;

@@ -56,7 +56,7 @@ void DeviceAllocator::release_segment(Block* head) {
   // `head` spans a whole (non-expandable) segment and is free; not in any free set. The
   // bookkeeping changes now; the device free runs once the locks are released.
   BlockPool& pool = *head->pool;
-  if (history_enabled()) trace_.record("segment_free", head->ptr, head->size, head->stream, nullptr);
+  if (allocator_events_wanted()) note_event("segment_free", head->ptr, head->size, head->stream, nullptr);
   Deferred d;
   d.segment = reinterpret_cast<void*>(head->ptr);
   if (pool.owner) d.source = pool.owner->source;
@@ -216,7 +216,7 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
     msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
            "other processes sharing the device. ";
   }
-  if (history_enabled()) trace_.record("oom", 0, size, stream, nullptr);
+  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
   throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);
 }
 

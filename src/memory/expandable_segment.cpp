@@ -294,7 +294,7 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size) {
   b->mapped = true;
   stats_.pages_mapped(b->pool->is_small, bytes, es.chunks_created() - chunks_before);
   reserved_hwm_ = std::max(reserved_hwm_, stats_.reserved_bytes());
-  if (history_enabled()) trace_.record("segment_map", b->ptr, bytes, b->stream, nullptr);
+  if (allocator_events_wanted()) note_event("segment_map", b->ptr, bytes, b->stream, nullptr);
   return true;
 }
 
@@ -315,7 +315,7 @@ std::size_t DeviceAllocator::unmap_free_pages(Block* b) {
     insert_free(pool, b);
   }
   if (hi < mid->ptr + mid->size) insert_free(pool, split_at(mid, hi));
-  if (history_enabled()) trace_.record("segment_unmap", mid->ptr, mid->size, mid->stream, nullptr);
+  if (allocator_events_wanted()) note_event("segment_unmap", mid->ptr, mid->size, mid->stream, nullptr);
   Deferred d;
   d.unmapping = mid;
   d.bytes = es.detach(mid->ptr, mid->size, d.chunks);

@@ -20,6 +20,7 @@
 namespace cudakit::memory {
 
 std::atomic<bool> g_history_enabled{false};
+std::atomic<AllocatorObserver> g_allocator_observer{nullptr};  // [profiler tracer]
 
 namespace {
 

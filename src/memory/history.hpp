@@ -41,6 +41,26 @@ inline bool history_enabled() noexcept {
   return g_history_enabled.load(std::memory_order_relaxed);
 }
 
+// ---- [profiler tracer] allocator events for cudakit::profiler::Trace (src/profiler) ----
+// One observer at a time, called from DeviceAllocator::trace() for every event history would
+// record (alloc, free_requested, free_completed, segment_alloc/free/map/unmap, oom), under the
+// allocator's lock: it must be quick and must not call into the allocator. Costs one more
+// relaxed load per allocator call while unset.
+struct AllocatorEvent {
+  const char* action;   // history's action name (a literal)
+  int device;
+  std::uintptr_t addr;
+  std::size_t size;
+  std::int64_t allocated;  // device totals after the event (stats "all" pool)
+  std::int64_t reserved;
+};
+using AllocatorObserver = void (*)(const AllocatorEvent&) noexcept;
+extern std::atomic<AllocatorObserver> g_allocator_observer;
+inline bool allocator_events_wanted() noexcept {
+  return history_enabled() ||
+         g_allocator_observer.load(std::memory_order_relaxed) != nullptr;
+}
+
 // enabled: None/"state"/"all" as torch (nullptr = off); context: "state"|"alloc"|"all"|"";
 // stacks: "python"|"cpp"|"all"; max_entries: ring size per device (0 = unbounded).
 void record_memory_history(const char* enabled, const char* context, const char* stacks,

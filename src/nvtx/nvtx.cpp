@@ -1,4 +1,5 @@
 // The hot calls: range_push/pop, range_start/end, mark, and their per-thread bookkeeping.
+// Each also reports to the profiler's tracer while one records (trace_hook.hpp).
 //
 // Cost with no tool attached is what matters (annotations stay in production code): each call
 // is NVTX's null-pointer test plus a thread_local counter. The counters of the first
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "nvtx/nvtx_c.hpp"
+#include "nvtx/trace_hook.hpp"
 
 namespace cudakit::nvtx {
 namespace {
@@ -58,7 +60,16 @@ inline std::uint64_t or_own_id(std::uint64_t tool_id) noexcept {
 
 }  // namespace
 
+namespace detail {
+std::atomic<const TraceHook*> g_trace_hook{nullptr};
+}  // namespace detail
+
+namespace {
+using detail::trace_hook;
+}  // namespace
+
 int range_push(const char* message) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->push(0, "", message);
 #if CUDAKIT_WITH_NVTX
   nvtxRangePushA(message ? message : "");
 #endif
@@ -66,6 +77,9 @@ int range_push(const char* message) noexcept {
 }
 
 int range_push(const Attributes& attributes, Domain& domain) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] {
+    h->push(domain.slot(), domain.name().c_str(), attributes.message);
+  }
 #if CUDAKIT_WITH_NVTX
   nvtxEventAttributes_t ev = detail::event_attributes(attributes);
   nvtxDomainRangePushEx(detail::handle_of(domain), &ev);
@@ -74,6 +88,7 @@ int range_push(const Attributes& attributes, Domain& domain) noexcept {
 }
 
 int range_pop() noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->pop(0);
 #if CUDAKIT_WITH_NVTX
   nvtxRangePop();  // forwarded even when our count is 0: the push may have come from elsewhere
 #endif
@@ -81,6 +96,7 @@ int range_pop() noexcept {
 }
 
 int range_pop(Domain& domain) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->pop(domain.slot());
 #if CUDAKIT_WITH_NVTX
   nvtxDomainRangePop(detail::handle_of(domain));
 #endif
@@ -89,24 +105,29 @@ int range_pop(Domain& domain) noexcept {
 
 std::uint64_t range_start(const char* message) noexcept {
 #if CUDAKIT_WITH_NVTX
-  return or_own_id(nvtxRangeStartA(message ? message : ""));
+  const std::uint64_t id = or_own_id(nvtxRangeStartA(message ? message : ""));
 #else
-  return own_range_id();
+  const std::uint64_t id = own_range_id();
 #endif
+  if (const auto* h = trace_hook()) [[unlikely]] h->start(id, "", message);
+  return id;
 }
 
 std::uint64_t range_start(const Attributes& attributes, Domain& domain) noexcept {
 #if CUDAKIT_WITH_NVTX
   nvtxEventAttributes_t ev = detail::event_attributes(attributes);
-  return or_own_id(nvtxDomainRangeStartEx(detail::handle_of(domain), &ev));
+  const std::uint64_t id = or_own_id(nvtxDomainRangeStartEx(detail::handle_of(domain), &ev));
 #else
-  (void)attributes;
-  (void)domain;
-  return own_range_id();
+  const std::uint64_t id = own_range_id();
 #endif
+  if (const auto* h = trace_hook()) [[unlikely]] {
+    h->start(id, domain.name().c_str(), attributes.message);
+  }
+  return id;
 }
 
 void range_end(std::uint64_t id) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->end(id);
 #if CUDAKIT_WITH_NVTX
   nvtxRangeEnd(id);
 #else
@@ -115,6 +136,7 @@ void range_end(std::uint64_t id) noexcept {
 }
 
 void range_end(std::uint64_t id, Domain& domain) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->end(id);
 #if CUDAKIT_WITH_NVTX
   nvtxDomainRangeEnd(detail::handle_of(domain), id);
 #else
@@ -124,6 +146,7 @@ void range_end(std::uint64_t id, Domain& domain) noexcept {
 }
 
 void mark(const char* message) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->mark("", message);
 #if CUDAKIT_WITH_NVTX
   nvtxMarkA(message ? message : "");
 #else
@@ -132,6 +155,7 @@ void mark(const char* message) noexcept {
 }
 
 void mark(const Attributes& attributes, Domain& domain) noexcept {
+  if (const auto* h = trace_hook()) [[unlikely]] h->mark(domain.name().c_str(), attributes.message);
 #if CUDAKIT_WITH_NVTX
   nvtxEventAttributes_t ev = detail::event_attributes(attributes);
   nvtxDomainMarkEx(detail::handle_of(domain), &ev);

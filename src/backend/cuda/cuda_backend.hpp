@@ -3,9 +3,9 @@
 // Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
 // cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
 // cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
-// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML) and cuda_math.cpp
-// (cuBLAS / cuSOLVER, capabilities, library report). Every run-time-loaded library goes
-// through library_loader.hpp.
+// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML), cuda_math.cpp
+// (cuBLAS / cuSOLVER, capabilities, library report) and cupti_activity.cpp (the tracer's CUPTI
+// activity session). Every run-time-loaded library goes through library_loader.hpp.
 //
 // Contexts: every device uses its primary context, retained once on first use and never
 // released (the process keeps it until exit; releasing at exit would call the driver during
@@ -143,6 +143,11 @@ class CudaBackend final : public Backend {
   // ---- profiler control (cuda_profiler.cpp) ----
   void profiler_start() override;
   void profiler_stop() override;
+
+  // ---- activity tracing through CUPTI (cupti_activity.cpp) ----
+  ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) override;
+  void activity_flush() override;
+  void activity_stop() noexcept override;
 
   // ---- helpers shared by the topic files ----
 

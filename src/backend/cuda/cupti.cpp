@@ -56,6 +56,7 @@ void load(CuptiApi& api) {
                  "); set CUDAKIT_CUPTI_PATH to libcupti.so, or use a CUDA 13.1+ driver";
     return;
   }
+  api.handle = lib;
   if (link_map* lm = nullptr; dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
                               *lm->l_name) {
     api.path = lm->l_name;

@@ -1,4 +1,7 @@
-// CUPTI, loaded at run time for one purpose: the ids profilers give CUDA graph nodes.
+// CUPTI, loaded at run time: the ids profilers give CUDA graph nodes (here), and the
+// profiler's tracer (cupti_subscriber.* holds the process's one CUPTI subscription and
+// dispatches callbacks; cupti_activity.* converts activity records). Those files resolve their
+// functions from `handle` with dlsym, so this stays the one place that finds and loads CUPTI.
 //
 // Why: kernel annotations and get_graph_data() key nodes by the id a CUPTI-based profiler
 // reports for a replayed kernel ((exec graph id << 32) | node id). CUDA 13.1 drivers expose
@@ -36,6 +39,7 @@ struct CuptiApi {
   GetGraphExecId get_graph_exec_id = nullptr;
   GetGraphId get_graph_id = nullptr;
   bool available = false;  // library loaded and the three functions resolved
+  void* handle = nullptr;  // dlopen handle once loaded (even when !available), else null
   std::string path;        // the library that was loaded
   std::string reason;      // why not available ("" when available)
 };

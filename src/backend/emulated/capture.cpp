@@ -105,7 +105,7 @@ void EmulatedBackend::end_session_locked(CaptureSession& c) {
 
 void EmulatedBackend::record_node_locked(Stream& s, GraphNodeType type,
                                          const std::string& label, HostTask&& fn,
-                                         std::uintptr_t event) {
+                                         std::uintptr_t event, const OpTrace& trace) {
   CaptureSession& c = *s.cap;
   if (c.invalidated) {
     fail(errc::stream_capture_invalidated,
@@ -118,17 +118,19 @@ void EmulatedBackend::record_node_locked(Stream& s, GraphNodeType type,
   n.label = label;
   n.fn = std::move(fn);
   n.event = event;
+  n.trace = trace;
+  n.trace.correlation = 0;  // a replay reports its cuGraphLaunch's correlation id
   n.deps = s.cap_tail;
   s.cap_tail.assign(1, n.id);
   c.graph->nodes.push_back(std::move(n));
 }
 
 bool EmulatedBackend::capture_node(Stream& s, GraphNodeType type, const std::string& label,
-                                   HostTask&& fn) {
+                                   HostTask&& fn, const OpTrace& trace) {
   if (!s.capturing.load(std::memory_order_acquire)) return false;
   std::lock_guard lock(capture_mu_);
   if (!s.cap) return false;
-  record_node_locked(s, type, label, std::move(fn));
+  record_node_locked(s, type, label, std::move(fn), 0, trace);
   return true;
 }
 

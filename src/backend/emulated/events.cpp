@@ -99,7 +99,10 @@ bool EmulatedBackend::event_query(EventHandle e) {
 }
 
 void EmulatedBackend::event_synchronize(EventHandle e) {
-  auto [st, seq] = recorded_position(*event_ptr(e), "event_synchronize");
+  ApiCall api(*this, "cuEventSynchronize", cbid::cuEventSynchronize);
+  Event* ev = event_ptr(e);
+  auto [st, seq] = recorded_position(*ev, "event_synchronize");
+  SyncWait wait(*this, SyncKind::event_synchronize, st.get(), ev->device, api.correlation());
   if (st) wait_reached(*st, seq);
 }
 

@@ -84,9 +84,16 @@ GraphExecHandle EmulatedBackend::graph_instantiate(GraphHandle h) {
 }
 
 void EmulatedBackend::graph_launch(GraphExecHandle h, StreamHandle sh) {
+  ApiCall api(*this, "cuGraphLaunch", cbid::cuGraphLaunch);
   GraphExecObj* e = exec_ptr(h);
   Stream* s = resolve(sh);
-  HostTask fn = [data = e->data, order = e->order] { run_graph(*data, order); };
+  HostTask fn;
+  if (device_sink() != nullptr) {  // a trace records: report every node (activity.cpp)
+    fn = [this, data = e->data, order = e->order, st = s->shared_from_this(), id = e->id,
+          corr = api.correlation()] { run_graph_traced(*data, order, *st, id, corr); };
+  } else {
+    fn = [data = e->data, order = e->order] { run_graph(*data, order); };
+  }
   if (capture_node(*s, GraphNodeType::graph, "graph", std::move(fn))) return;
   submit(*s, std::move(fn));
 }

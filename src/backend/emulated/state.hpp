@@ -11,6 +11,7 @@
 //   telemetry.cpp the telemetry model (utilization measured, sensors derived from it)
 //   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
 //   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
+//   activity.cpp  activity records for the profiler's tracer (its host tasks are the kernels)
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -55,9 +56,21 @@ struct Dep {
   std::uint64_t seq = 0;
 };
 
+// What an op or a captured node reports to the tracer when it runs (activity.cpp). Filled
+// at enqueue while a trace records (ops) and always at capture (nodes: a trace may start
+// after the capture). kind none: the op reports nothing.
+struct OpTrace {
+  const char* name = nullptr;  // kernel name (a literal); memcpy/memset: null
+  std::uint64_t bytes = 0;
+  std::uint32_t correlation = 0;  // of the API call that enqueued it (0 for nodes)
+  ActivityKind kind = ActivityKind::none;
+  std::uint8_t copy_kind = 0, src_kind = 0, dst_kind = 0;
+};
+
 struct Op {
   HostTask fn;            // may be empty (pure marker / wait)
   std::vector<Dep> deps;  // waited on before fn runs
+  OpTrace trace;
 };
 
 struct Stream : std::enable_shared_from_this<Stream> {
@@ -68,6 +81,7 @@ struct Stream : std::enable_shared_from_this<Stream> {
   unsigned flags = 0;
   bool legacy = false;  // the per-device legacy default stream
   std::uint64_t id = 0;  // process-unique, never reused (stream_id)
+  std::uint32_t trace_id = 0;  // stream id in trace records (CUPTI's numbering style)
 
   std::mutex mu;
   std::condition_variable cv_work;  // worker: new op or destroy
@@ -126,6 +140,7 @@ struct GraphNode {
   HostTask fn;  // replay action (empty for nodes without work)
   std::vector<std::uint64_t> deps;
   std::uintptr_t event = 0;  // wait_event nodes: the event waited for
+  OpTrace trace;             // kernel / memcpy / memset nodes: what a traced replay reports
 };
 
 struct GraphData {
@@ -281,6 +296,62 @@ class EmulatedBackend final : public Backend {
   void profiler_start() override;
   void profiler_stop() override;
 
+  ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) override;
+  void activity_flush() override {}  // records are delivered as the work runs
+  void activity_stop() noexcept override;
+
+  // ---- activity records (activity.cpp) ----
+  // The sink while a trace records device activity / API calls, else null (one relaxed
+  // load: the cost of tracing support when no trace runs).
+  ActivitySink* device_sink() const noexcept {
+    return device_sink_.load(std::memory_order_acquire);
+  }
+  ActivitySink* api_sink() const noexcept { return api_sink_.load(std::memory_order_acquire); }
+  std::uint32_t next_correlation() noexcept {
+    return next_correlation_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // A driver-API record around one backend call, made when a trace records API calls.
+  class ApiCall {
+   public:
+    ApiCall(EmulatedBackend& b, const char* name, std::uint32_t cbid) noexcept;
+    ~ApiCall();
+    ApiCall(const ApiCall&) = delete;
+    ApiCall& operator=(const ApiCall&) = delete;
+    // Correlation id for the work this call enqueues (0: no trace).
+    std::uint32_t correlation() const noexcept { return correlation_; }
+
+   private:
+    EmulatedBackend& b_;
+    const char* name_;
+    std::uint32_t cbid_;
+    std::uint32_t correlation_ = 0;
+    std::int64_t start_ = 0;
+  };
+  // A synchronization record (a host wait) around one call, when a trace records.
+  class SyncWait {
+   public:
+    SyncWait(EmulatedBackend& b, SyncKind kind, const Stream* s, int device,
+             std::uint32_t correlation) noexcept;
+    ~SyncWait();
+    SyncWait(const SyncWait&) = delete;
+    SyncWait& operator=(const SyncWait&) = delete;
+
+   private:
+    ActivitySink* sink_;
+    SyncKind kind_;
+    std::uint32_t stream_;
+    int device_;
+    std::uint32_t correlation_;
+    std::int64_t start_ = 0;
+  };
+  // Tag for a memcpy (kinds from the pointers) / memset / kernel, when `wanted`.
+  OpTrace copy_trace(const void* dst, const void* src, std::size_t bytes);
+  OpTrace memset_trace(const void* dst, std::size_t bytes);
+  // Emits the record of an op or node that ran on `s` from `start` to `end`.
+  void emit_op(const Stream& s, const OpTrace& t, std::int64_t start, std::int64_t end,
+               std::uint64_t graph_node_id = 0, std::uint32_t graph_id = 0) noexcept;
+  void emit_stream(ActivityKind kind, const Stream& s) noexcept;
+
  private:
   // ---- devices ----
   Device& dev(int device);  // throws invalid_device
@@ -327,7 +398,8 @@ class EmulatedBackend final : public Backend {
   // ---- streams ----
   Stream* resolve(StreamHandle s);  // null/legacy → current device's legacy stream
   Stream& legacy_stream(Device& d);
-  std::uint64_t submit(Stream& s, HostTask fn, std::vector<Dep> deps = {});
+  std::uint64_t submit(Stream& s, HostTask fn, std::vector<Dep> deps = {},
+                       const OpTrace& trace = {});
   void start_worker(Stream& s);  // s.mu held
   void worker_loop(std::shared_ptr<Stream> s);
   void wait_reached(Stream& s, std::uint64_t seq);
@@ -338,9 +410,11 @@ class EmulatedBackend final : public Backend {
   // ---- capture ----
   // Records a node when `s` is capturing (returns true); throws if the capture is invalid.
   // `fn` is moved from only when a node is recorded.
-  bool capture_node(Stream& s, GraphNodeType type, const std::string& label, HostTask&& fn);
+  bool capture_node(Stream& s, GraphNodeType type, const std::string& label, HostTask&& fn,
+                    const OpTrace& trace = {});
   void record_node_locked(Stream& s, GraphNodeType type, const std::string& label,
-                          HostTask&& fn, std::uintptr_t event = 0);  // capture_mu_ held, s.cap valid
+                          HostTask&& fn, std::uintptr_t event = 0,
+                          const OpTrace& trace = {});  // capture_mu_ held, s.cap valid
   // "Potentially unsafe" calls (mem_alloc) under CUDA's capture-mode rules: throws
   // CAPTURE_UNSUPPORTED and invalidates the offending capture(s) when prohibited.
   void check_unsafe_call(const char* what);
@@ -368,9 +442,17 @@ class EmulatedBackend final : public Backend {
   std::unordered_map<Event*, std::shared_ptr<Event>> events_;
   // ---- graphs ----
   static void run_graph(const GraphData& g, const std::vector<std::size_t>& order);
+  // run_graph reporting each kernel/memcpy/memset node to the tracer (activity.cpp).
+  void run_graph_traced(const GraphData& g, const std::vector<std::size_t>& order,
+                        const Stream& s, std::uint32_t exec_id, std::uint32_t correlation);
 
   Config config_;
   std::vector<std::unique_ptr<Device>> devices_;
+  // ---- activity tracing (activity.cpp) ----
+  std::atomic<ActivitySink*> device_sink_{nullptr};
+  std::atomic<ActivitySink*> api_sink_{nullptr};
+  std::atomic<std::uint32_t> next_correlation_{1};
+  std::atomic<std::uint32_t> next_trace_stream_id_{13};  // legacy streams are 7, as CUPTI numbers them
 };
 
 // Throws AcceleratorError(code) with context `what` (CUresult numbering, error.hpp).

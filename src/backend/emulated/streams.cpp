@@ -35,6 +35,7 @@ Stream& EmulatedBackend::legacy_stream(Device& d) {
     s->device = &d;
     s->legacy = true;
     s->id = next_stream_id_.fetch_add(1, std::memory_order_relaxed);
+    s->trace_id = 7;  // CUPTI's id for a context's legacy default stream
     d.legacy = std::move(s);
     d.legacy_used.store(true, std::memory_order_release);
   }
@@ -82,6 +83,8 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     // (ops still complete so nothing waits forever).
     if (op.fn && !is_shutting_down()) {
       d.compute.note(true);
+      const bool traced = op.trace.kind != ActivityKind::none;
+      const std::int64_t t0 = traced ? trace_clock_ns() : 0;
       try {
         op.fn();
       } catch (const std::exception& e) {
@@ -90,6 +93,7 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
       } catch (...) {
         err = "unknown exception";
       }
+      if (traced) emit_op(s, op.trace, t0, trace_clock_ns());
       d.compute.note(false);
     }
     op = Op{};  // drop captured state before signalling completion
@@ -108,12 +112,13 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
   std::erase(d.streams, sp);
 }
 
-std::uint64_t EmulatedBackend::submit(Stream& s, HostTask fn, std::vector<Dep> deps) {
+std::uint64_t EmulatedBackend::submit(Stream& s, HostTask fn, std::vector<Dep> deps,
+                                      const OpTrace& trace) {
   Device& d = *s.device;
   auto push = [&]() {
     std::lock_guard sl(s.mu);
     if (s.destroyed) fail(errc::invalid_handle, "work enqueued on a destroyed stream");
-    s.queue.push_back(Op{std::move(fn), std::move(deps)});
+    s.queue.push_back(Op{std::move(fn), std::move(deps), trace});
     std::uint64_t seq = ++s.enqueued;
     if (!s.worker_started) start_worker(s);
     s.cv_work.notify_one();
@@ -194,10 +199,12 @@ StreamHandle EmulatedBackend::stream_create(int device, int priority, unsigned f
   s->id = next_stream_id_.fetch_add(1, std::memory_order_relaxed);
   s->priority = priority > 0 ? 0 : (priority < -5 ? -5 : priority);  // clamp as CUDA does
   s->flags = flags;
+  s->trace_id = next_trace_stream_id_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(d.mu);
     d.streams.push_back(s);
   }
+  emit_stream(ActivityKind::stream_created, *s);
   std::lock_guard reg(stream_handles_mu_);
   stream_handles_.insert(s.get());
   return s.get();
@@ -215,6 +222,7 @@ void EmulatedBackend::stream_destroy(StreamHandle h) {
   }
   Device& d = *s->device;
   std::shared_ptr<Stream> keep = s->shared_from_this();
+  emit_stream(ActivityKind::stream_destroyed, *s);
   std::lock_guard dl(d.mu);
   std::lock_guard sl(s->mu);
   if (s->destroyed) fail(errc::invalid_handle, "stream_destroy: stream already destroyed");
@@ -251,12 +259,15 @@ bool EmulatedBackend::stream_query(StreamHandle h) {
 }
 
 void EmulatedBackend::stream_synchronize(StreamHandle h) {
+  ApiCall api(*this, "cuStreamSynchronize", cbid::cuStreamSynchronize);
   Stream* s = resolve(h);
   check_sync_during_capture(*s, "stream_synchronize");
+  SyncWait wait(*this, SyncKind::stream_synchronize, s, s->device->index, api.correlation());
   sync_stream(*s);
 }
 
 void EmulatedBackend::device_synchronize(int device) {
+  ApiCall api(*this, "cuCtxSynchronize", cbid::cuCtxSynchronize);
   Device& d = dev(device);
   {
     std::lock_guard cl(capture_mu_);
@@ -282,6 +293,7 @@ void EmulatedBackend::device_synchronize(int device) {
     if (d.legacy) add(d.legacy);
   }
   std::string err;
+  SyncWait wait(*this, SyncKind::context_synchronize, nullptr, device, api.correlation());
   for (const Dep& t : targets) {
     wait_reached(*t.stream, t.seq);
     std::lock_guard ol(t.stream->mu);
@@ -297,9 +309,11 @@ void EmulatedBackend::device_synchronize(int device) {
 }
 
 void EmulatedBackend::stream_wait_event(StreamHandle h, EventHandle e) {
+  ApiCall api(*this, "cuStreamWaitEvent", cbid::cuStreamWaitEvent);
   Stream* s = resolve(h);
   Event* ev = event_ptr(e);
   if (capture_wait(*s, *ev)) return;
+  SyncWait wait(*this, SyncKind::stream_wait_event, s, s->device->index, api.correlation());
   std::shared_ptr<Stream> es;
   std::uint64_t seq = 0;
   {
@@ -318,25 +332,30 @@ int EmulatedBackend::stream_device(StreamHandle h) { return resolve(h)->device->
 std::uint64_t EmulatedBackend::stream_id(StreamHandle h) { return resolve(h)->id; }
 
 void EmulatedBackend::launch_host_task(StreamHandle h, HostTask task) {
+  ApiCall api(*this, "cuLaunchHostFunc", cbid::cuLaunchHostFunc);
   if (!task) fail(errc::invalid_value, "launch_host_task: empty task");
   Stream* s = resolve(h);
   if (capture_node(*s, GraphNodeType::host, "host", std::move(task))) return;
-  submit(*s, std::move(task));
+  submit(*s, std::move(task));  // host functions are not device work: no device record
 }
 
 void EmulatedBackend::launch_host_kernel(StreamHandle h, const char* kernel_name,
                                          HostTask task) {
+  ApiCall api(*this, "cuLaunchKernel", cbid::cuLaunchKernel);
   if (!task) fail(errc::invalid_value, "launch_host_kernel: empty task");
   Stream* s = resolve(h);
-  if (capture_node(*s, GraphNodeType::kernel, kernel_name ? kernel_name : "kernel",
-                   std::move(task))) {
-    return;
-  }
-  submit(*s, std::move(task));
+  OpTrace t;
+  t.kind = ActivityKind::kernel;
+  t.name = kernel_name ? kernel_name : "kernel";
+  t.correlation = api.correlation();
+  if (capture_node(*s, GraphNodeType::kernel, t.name, std::move(task), t)) return;
+  if (device_sink() == nullptr) t.kind = ActivityKind::none;
+  submit(*s, std::move(task), {}, t);
 }
 
 void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes,
                                    StreamHandle h) {
+  ApiCall api(*this, "cuMemcpyAsync", cbid::cuMemcpyAsync);
   Stream* s = resolve(h);
   if (bytes == 0) return;
   if (dst == nullptr || src == nullptr) {
@@ -348,15 +367,23 @@ void EmulatedBackend::memcpy_async(void* dst, const void* src, std::size_t bytes
     std::memmove(dst, src, bytes);
     d->memory.note(false);
   };
+  // Kinds are looked up only when they can be reported (a capture may be replayed traced).
+  OpTrace t;
+  if (device_sink() != nullptr || s->capturing.load(std::memory_order_acquire)) {
+    t = copy_trace(dst, src, bytes);
+    t.correlation = api.correlation();
+  }
   if (capture_node(*s, GraphNodeType::memcpy, "memcpy " + std::to_string(bytes) + " B",
-                   std::move(fn))) {
+                   std::move(fn), t)) {
     return;
   }
-  submit(*s, std::move(fn));
+  if (device_sink() == nullptr) t.kind = ActivityKind::none;
+  submit(*s, std::move(fn), {}, t);
 }
 
 void EmulatedBackend::memset_d8_async(void* dst, unsigned char value, std::size_t bytes,
                                       StreamHandle h) {
+  ApiCall api(*this, "cuMemsetD8Async", cbid::cuMemsetD8Async);
   Stream* s = resolve(h);
   if (bytes == 0) return;
   if (dst == nullptr) fail(errc::invalid_value, "memset_d8_async: null pointer");
@@ -366,11 +393,17 @@ void EmulatedBackend::memset_d8_async(void* dst, unsigned char value, std::size_
     std::memset(dst, value, bytes);
     d->memory.note(false);
   };
+  OpTrace t;
+  if (device_sink() != nullptr || s->capturing.load(std::memory_order_acquire)) {
+    t = memset_trace(dst, bytes);
+    t.correlation = api.correlation();
+  }
   if (capture_node(*s, GraphNodeType::memset, "memset " + std::to_string(bytes) + " B",
-                   std::move(fn))) {
+                   std::move(fn), t)) {
     return;
   }
-  submit(*s, std::move(fn));
+  if (device_sink() == nullptr) t.kind = ActivityKind::none;
+  submit(*s, std::move(fn), {}, t);
 }
 
 }  // namespace cudakit::detail::emulated

@@ -1,0 +1,159 @@
+// Tracer costs (issue 10 §3), C++ side, one process, on the backend CUDAKIT_BACKEND selects:
+//   1. a loop of 20,000 tiny add_ kernels (+ synchronize), untraced vs under a Trace: the
+//      tracing overhead ratio (goal <= 1.15x; torch.profiler with CPU+CUDA activities: 1.73x
+//      on the H200, 115 ms -> 200 ms);
+//   2. Trace::stop() (flush + collection + indexing) for that trace;
+//   3. export_chrome_trace: seconds per million events, for that trace and for a large one
+//      (~1M events; goal <= 0.3 s per million, torch 2.11: 1.64 s per million);
+//   4. memory per buffered kernel record (goal <= 100 bytes).
+// Medians of 5 runs. Prints a markdown table (scripts/gpu-check.sh collects "|" lines).
+//
+// Run: CUDAKIT_BACKEND=cuda build/bench/bench_profiler [--large-kernels N]
+// (emulated: the "kernels" are host tasks, so the ratio there measures the emulator, not
+// CUPTI; the export rows are host-side and meaningful on either backend.)
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cudakit/device.hpp"
+#include "cudakit/ops.hpp"
+#include "cudakit/profiler.hpp"
+#include "cudakit/tensor.hpp"
+#include "profiler/collector.hpp"
+
+using namespace cudakit;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// CPU time of this thread: the export is single-threaded, so this is what it costs even on a
+// machine busy with other work (wall time is printed too).
+double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The loop issue 10 measured with torch: tiny in-place adds, then a synchronize.
+double add_loop(Tensor& x, const Tensor& one, int kernels) {
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kernels; ++i) add_(x, one);
+  synchronize();
+  return seconds(t0, Clock::now());
+}
+
+struct Exported {
+  double export_s = 0;
+  double cpu_s = 0;
+  std::size_t events = 0;
+  std::size_t bytes = 0;
+};
+
+Exported export_once(const profiler::Trace& t, const std::string& path) {
+  Exported e;
+  const auto t0 = Clock::now();
+  const double c0 = thread_cpu_s();
+  t.export_chrome_trace(path);
+  e.cpu_s = thread_cpu_s() - c0;
+  e.export_s = seconds(t0, Clock::now());
+  e.events = t.events().size();
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fseek(f, 0, SEEK_END);
+    e.bytes = static_cast<std::size_t>(std::ftell(f));
+    std::fclose(f);
+  }
+  std::remove(path.c_str());
+  return e;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int large_kernels = 250000;  // ~4 events each (kernel, launch, 2 flow ends): ~1M events
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--large-kernels") == 0) large_kernels = std::atoi(argv[i + 1]);
+  }
+  if (!is_available()) {
+    std::printf("bench_profiler: no device on backend %s\n", backend_name().c_str());
+    return 0;
+  }
+  constexpr int kKernels = 20000, kRuns = 5;
+  const std::string path = "/tmp/cudakit_bench_profiler_trace.json";
+  Tensor x = zeros({1}, device_options());
+  Tensor one = ones({1}, device_options());
+  add_loop(x, one, 2000);  // warm up (module load, worker threads, allocator)
+
+  std::vector<double> plain, traced, stop_s;
+  std::string warning, source;
+  Exported small;
+  for (int r = 0; r < kRuns; ++r) {
+    plain.push_back(add_loop(x, one, kKernels));
+    profiler::TraceOptions o;
+    o.synchronize = false;  // the loop synchronizes itself; stop() is timed on its own
+    profiler::Trace t(o);
+    traced.push_back(add_loop(x, one, kKernels));
+    const auto s0 = Clock::now();
+    t.stop();
+    stop_s.push_back(seconds(s0, Clock::now()));
+    if (!t.warnings().empty()) warning = t.warnings().front();
+    source = t.device_source();
+    if (r == kRuns - 1) small = export_once(t, path);
+  }
+  const double p = median(plain), tr = median(traced);
+
+  // A large trace for the export rate (host-side work; kernels only to fill it).
+  Exported large;
+  {
+    profiler::Trace t;
+    for (int i = 0; i < large_kernels; ++i) add_(x, one);
+    synchronize();
+    t.stop();
+    std::vector<double> ex, cpu;
+    for (int r = 0; r < 3; ++r) {
+      Exported e = export_once(t, path);
+      ex.push_back(e.export_s);
+      cpu.push_back(e.cpu_s);
+      large = e;
+    }
+    large.export_s = median(ex);
+    large.cpu_s = median(cpu);
+  }
+
+  std::printf("## cudakit tracer (C++), backend %s, device source: %s\n", backend_name().c_str(),
+              source.empty() ? "none" : source.c_str());
+  if (!warning.empty()) std::printf("warning: %s\n", warning.c_str());
+  std::printf("| case | value | goal / anchor |\n|---|---|---|\n");
+  std::printf("| %d x add_ + sync, untraced | %.1f ms | torch 2.11: 115 ms |\n", kKernels, p * 1e3);
+  std::printf("| %d x add_ + sync, traced | %.1f ms | torch.profiler: 200 ms |\n", kKernels,
+              tr * 1e3);
+  std::printf("| tracing overhead | %.2fx | <= 1.15x (torch.profiler 1.73x) |\n", tr / p);
+  std::printf("| stop() for %d kernels | %.1f ms | |\n", kKernels, median(stop_s) * 1e3);
+  auto per_m = [](const Exported& e, double s) { return e.events ? s / e.events * 1e6 : 0.0; };
+  std::printf("| export, %zu events (%.1f MB) | %.1f ms = %.2f s per million (CPU %.2f) | "
+              "<= 0.3 s per million (torch 1.64) |\n",
+              small.events, small.bytes / 1e6, small.export_s * 1e3, per_m(small, small.export_s),
+              per_m(small, small.cpu_s));
+  std::printf("| export, %zu events (%.1f MB) | %.1f ms = %.2f s per million (CPU %.2f) | "
+              "<= 0.3 s per million |\n",
+              large.events, large.bytes / 1e6, large.export_s * 1e3, per_m(large, large.export_s),
+              per_m(large, large.cpu_s));
+  std::printf("| buffered kernel record | %zu bytes (+ <= 6%% chunk slack) | <= 100 bytes |\n",
+              sizeof(detail::ActivityRecord));
+  return 0;
+}

@@ -1,0 +1,151 @@
+"""Tracer costs from Python (issue 10 §3), cudakit.profiler.trace side by side with
+torch.profiler in one run when torch is importable:
+
+* a loop of 20,000 tiny ``add_`` kernels + synchronize, untraced vs traced (goal: overhead
+  <= 1.15x; torch.profiler with CPU + CUDA activities measured 1.73x on the H200);
+* ``export_chrome_trace`` of that trace, in seconds per million events (goal <= 0.3 s;
+  torch 2.11: 1.64 s per million);
+* the stop / collection time of each tracer.
+
+    CUDAKIT_BACKEND=cuda PYTHONPATH=build/python python3 bench/profiler/bench_profiler.py [--json FILE]
+
+Medians of 5 runs. Prints a markdown table (scripts/gpu-check.sh collects "|" lines). On the
+emulated backend the kernels are host tasks: the export rows are meaningful there, the
+overhead ratio measures the emulator.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+KERNELS = 20_000
+RUNS = 5
+
+
+def _loop(x, one, sync, n=KERNELS):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(one)
+    sync()
+    return time.perf_counter() - t0
+
+
+def _count_events(path):
+    with open(path) as f:
+        return len(json.load(f)["traceEvents"])
+
+
+def bench_cudakit():
+    import cudakit as ck
+
+    x = ck.zeros(1, device="cuda")
+    one = ck.ones(1, device="cuda")
+    _loop(x, one, ck.synchronize, 2000)  # warm up
+    plain, traced, stops, exports = [], [], [], []
+    events = 0
+    warning = ""
+    source = ""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        for _ in range(RUNS):
+            plain.append(_loop(x, one, ck.synchronize))
+            t = ck.profiler.trace(synchronize=False)
+            t.start()
+            traced.append(_loop(x, one, ck.synchronize))
+            s0 = time.perf_counter()
+            t.stop()
+            stops.append(time.perf_counter() - s0)
+            e0 = time.perf_counter()
+            t.export_chrome_trace(path)
+            exports.append(time.perf_counter() - e0)
+            events = _count_events(path)
+            warning = t.warnings[0] if t.warnings else ""
+            source = t.device_source
+    return {"untraced_ms": statistics.median(plain) * 1e3,
+            "traced_ms": statistics.median(traced) * 1e3,
+            "stop_ms": statistics.median(stops) * 1e3,
+            "export_ms": statistics.median(exports) * 1e3,
+            "events": events, "warning": warning, "source": source}
+
+
+def bench_torch():
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    x = torch.zeros(1, device="cuda")
+    one = torch.ones(1, device="cuda")
+    _loop(x, one, torch.cuda.synchronize, 2000)
+    plain, traced, stops, exports = [], [], [], []
+    events = 0
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        for _ in range(RUNS):
+            plain.append(_loop(x, one, torch.cuda.synchronize))
+            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            prof.__enter__()
+            traced.append(_loop(x, one, torch.cuda.synchronize))
+            s0 = time.perf_counter()
+            prof.__exit__(None, None, None)
+            stops.append(time.perf_counter() - s0)
+            e0 = time.perf_counter()
+            prof.export_chrome_trace(path)
+            exports.append(time.perf_counter() - e0)
+            events = _count_events(path)
+    return {"untraced_ms": statistics.median(plain) * 1e3,
+            "traced_ms": statistics.median(traced) * 1e3,
+            "stop_ms": statistics.median(stops) * 1e3,
+            "export_ms": statistics.median(exports) * 1e3,
+            "events": events, "version": torch.__version__}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", help="also write the numbers to this file")
+    args = ap.parse_args()
+    import cudakit as ck
+
+    if not ck.is_available():
+        print(f"bench_profiler.py: no device on backend {ck.backend_name()}")
+        return 0
+    # cudakit first: both tools need CUPTI's one subscription; cudakit releases it after each
+    # trace, torch's Kineto may keep it for the rest of the process.
+    results = {"cudakit": bench_cudakit(), "torch": bench_torch(),
+               "backend": ck.backend_name()}
+    c, t = results["cudakit"], results["torch"]
+    print(f"## tracer from Python, backend {ck.backend_name()}, cudakit device source: "
+          f"{c['source'] or 'none'}")
+    if c["warning"]:
+        print(f"warning: {c['warning']}")
+    print("| case | cudakit | torch | goal |")
+    print("|---|---|---|---|")
+
+    def cell(r, key, fmt="{:.1f} ms"):
+        return fmt.format(r[key]) if r else "n/a"
+
+    print(f"| {KERNELS} x add_ + sync, untraced | {cell(c, 'untraced_ms')} | "
+          f"{cell(t, 'untraced_ms') if t else '115.0 ms (2.11, H200)'} | |")
+    print(f"| {KERNELS} x add_ + sync, traced | {cell(c, 'traced_ms')} | "
+          f"{cell(t, 'traced_ms') if t else '200.0 ms (2.11, H200)'} | |")
+    ratio_t = f"{t['traced_ms'] / t['untraced_ms']:.2f}x" if t else "1.73x (2.11, H200)"
+    print(f"| tracing overhead | {c['traced_ms'] / c['untraced_ms']:.2f}x | {ratio_t} | <= 1.15x |")
+    print(f"| stop | {cell(c, 'stop_ms')} | {cell(t, 'stop_ms') if t else 'n/a'} | |")
+    per_m = lambda r: r["export_ms"] / 1e3 / max(r["events"], 1) * 1e6
+    t_exp = (f"{t['export_ms']:.1f} ms / {t['events']} events = {per_m(t):.2f} s/M" if t
+             else "1.64 s/M (2.11, H200)")
+    print(f"| export_chrome_trace | {c['export_ms']:.1f} ms / {c['events']} events = "
+          f"{per_m(c):.2f} s/M | {t_exp} | <= 0.3 s/M |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
