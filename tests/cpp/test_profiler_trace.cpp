@@ -540,10 +540,11 @@ TEST(ProfilerTraceGpu, ForeignCuptiSubscriberDegradesWithAClearMessage) {
   if (std::strcmp(detail::backend().name(), "cuda") != 0 || !have_device()) {
     GTEST_SKIP() << "needs the cuda backend and a GPU";
   }
-  void* lib = detail::cuda::cupti().handle;
-  if (!lib) GTEST_SKIP() << "CUPTI not loadable: " << detail::cuda::cupti().reason;
-  auto subscribe = reinterpret_cast<decltype(&cuptiSubscribe)>(dlsym(lib, "cuptiSubscribe"));
-  auto unsubscribe = reinterpret_cast<decltype(&cuptiUnsubscribe)>(dlsym(lib, "cuptiUnsubscribe"));
+  const auto& api = detail::cuda::cupti();
+  if (!api.loaded) GTEST_SKIP() << "CUPTI not loadable: " << api.reason;
+  auto subscribe = reinterpret_cast<decltype(&cuptiSubscribe)>(api.symbol("cuptiSubscribe"));
+  auto unsubscribe =
+      reinterpret_cast<decltype(&cuptiUnsubscribe)>(api.symbol("cuptiUnsubscribe"));
   ASSERT_TRUE(subscribe && unsubscribe);
   Tensor x = zeros({1024}, device_options());
   synchronize();

@@ -1,9 +1,6 @@
 // Run-time loading of CUPTI's graph-id functions (see cupti.hpp).
 #include "backend/cuda/cupti.hpp"
 
-#include <dlfcn.h>
-#include <link.h>
-
 #include <cstdlib>
 #include <mutex>
 #include <type_traits>
@@ -21,56 +18,56 @@ static_assert(std::is_same_v<decltype(&cuptiGetGraphId), CUptiResult (*)(CUgraph
 namespace cudakit::detail::cuda {
 namespace {
 
-std::vector<std::string> candidates() {
-  std::vector<std::string> out;
-  if (const char* p = std::getenv("CUDAKIT_CUPTI_PATH"); p && *p) out.emplace_back(p);
-  // CUPTI 13 for the 13.x driver first; 12 still works with a 13 driver for these calls.
-  const char* names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
-  for (const char* n : names) out.emplace_back(n);
-  std::vector<std::string> roots;
-  for (const char* env : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (const char* r = std::getenv(env); r && *r) roots.emplace_back(r);
-  }
-  roots.emplace_back("/usr/local/cuda");
-  for (const std::string& root : roots) {
-    for (const char* dir : {"/extras/CUPTI/lib64/", "/lib64/", "/lib/"}) {
-      for (const char* n : names) out.push_back(root + dir + n);
+// Sonames through the normal dlopen search first, then the toolkit's usual directories (CUPTI
+// lives outside the default library path). The strings live as long as the process.
+const std::vector<const char*>& candidates() {
+  static const auto* owned = [] {
+    auto* v = new std::vector<std::string>();
+    if (const char* p = std::getenv("CUDAKIT_CUPTI_PATH"); p && *p) v->emplace_back(p);
+    // CUPTI 13 for the 13.x driver first; 12 still works with a 13 driver for these calls.
+    const char* names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+    for (const char* n : names) v->emplace_back(n);
+    std::vector<std::string> roots;
+    for (const char* env : {"CUDA_HOME", "CUDA_PATH"}) {
+      if (const char* r = std::getenv(env); r && *r) roots.emplace_back(r);
     }
-  }
-  return out;
+    roots.emplace_back("/usr/local/cuda");
+    for (const std::string& root : roots) {
+      for (const char* dir : {"/extras/CUPTI/lib64/", "/lib64/", "/lib/"}) {
+        for (const char* n : names) v->push_back(root + dir + n);
+      }
+    }
+    return v;
+  }();
+  static const auto* ptrs = [] {
+    auto* p = new std::vector<const char*>();
+    for (const std::string& s : *owned) p->push_back(s.c_str());
+    return p;
+  }();
+  return *ptrs;
+}
+
+std::string cupti_version(const LoadedLibrary& lib) {
+  using GetVersion = int (*)(std::uint32_t*);
+  auto fn = reinterpret_cast<GetVersion>(lib.symbol("cuptiGetVersion"));
+  std::uint32_t v = 0;
+  if (!fn || fn(&v) != 0) return "";
+  return "API version " + std::to_string(v);
 }
 
 void load(CuptiApi& api) {
-  std::string tried;
-  void* lib = nullptr;
-  for (const std::string& c : candidates()) {
-    lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      api.path = c;
-      break;
-    }
-    if (tried.size() < 400) tried += (tried.empty() ? "" : ", ") + c;
-  }
-  if (!lib) {
-    api.reason = "CUPTI not found (tried " + tried +
-                 "); set CUDAKIT_CUPTI_PATH to libcupti.so, or use a CUDA 13.1+ driver";
-    return;
-  }
-  api.handle = lib;
-  if (link_map* lm = nullptr; dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
-                              *lm->l_name) {
-    api.path = lm->l_name;
-  }
-  api.get_graph_node_id =
-      reinterpret_cast<CuptiApi::GetGraphNodeId>(dlsym(lib, "cuptiGetGraphNodeId"));
-  api.get_graph_exec_id =
-      reinterpret_cast<CuptiApi::GetGraphExecId>(dlsym(lib, "cuptiGetGraphExecId"));
-  api.get_graph_id = reinterpret_cast<CuptiApi::GetGraphId>(dlsym(lib, "cuptiGetGraphId"));
-  if (!api.get_graph_node_id || !api.get_graph_exec_id || !api.get_graph_id) {
-    api.reason = api.path + " lacks cuptiGetGraphNodeId/cuptiGetGraphExecId (CUPTI too old)";
-    return;
-  }
-  api.available = true;  // the library stays loaded for the life of the process
+  static const LibrarySpec spec{
+      "CUPTI", candidates(),
+      "set CUDAKIT_CUPTI_PATH to libcupti.so, or use a CUDA 13.1+ driver (graph node ids) ; "
+      "without CUPTI traces have no device activity",
+      &cupti_version};
+  api.lib = load_library(spec, {bind_symbol("cuptiGetGraphNodeId", api.get_graph_node_id),
+                                bind_symbol("cuptiGetGraphExecId", api.get_graph_exec_id),
+                                bind_symbol("cuptiGetGraphId", api.get_graph_id)});
+  api.loaded = !api.lib.soname().empty();
+  api.path = api.lib.path().empty() ? api.lib.soname() : api.lib.path();
+  api.available = api.lib.available();
+  api.reason = api.lib.reason();
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// CUPTI, loaded at run time: the ids profilers give CUDA graph nodes (here), and the
-// profiler's tracer (cupti_subscriber.* holds the process's one CUPTI subscription and
-// dispatches callbacks; cupti_activity.* converts activity records). Those files resolve their
-// functions from `handle` with dlsym, so this stays the one place that finds and loads CUPTI.
+// CUPTI, loaded at run time through the shared loader (library_loader.hpp): the ids profilers
+// give CUDA graph nodes (here), and the profiler's tracer (cupti_subscriber.* holds the
+// process's one CUPTI subscription and dispatches callbacks; cupti_activity.* converts activity
+// records). Those files resolve their functions with CuptiApi::symbol(), so this stays the one
+// place that finds and loads CUPTI.
 //
 // Why: kernel annotations and get_graph_data() key nodes by the id a CUPTI-based profiler
 // reports for a replayed kernel ((exec graph id << 32) | node id). CUDA 13.1 drivers expose
@@ -17,9 +18,6 @@
 // Prototypes are declared here (not included) because cupti headers are not always next to
 // cuda.h; cupti.cpp checks them against cupti_activity.h when that header is available.
 //
-// TODO(merge): switch to the shared library loader (src/backend/cuda/library_loader.*) once
-// it lands; this file is deliberately self-contained so that is a local change.
-//
 // Thread-safety: cupti() is safe from any thread; the table is immutable after loading.
 #pragma once
 
@@ -27,6 +25,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "backend/library_loader.hpp"
 
 namespace cudakit::detail::cuda {
 
@@ -39,9 +39,12 @@ struct CuptiApi {
   GetGraphExecId get_graph_exec_id = nullptr;
   GetGraphId get_graph_id = nullptr;
   bool available = false;  // library loaded and the three functions resolved
-  void* handle = nullptr;  // dlopen handle once loaded (even when !available), else null
+  bool loaded = false;     // the library itself loaded (even when !available)
   std::string path;        // the library that was loaded
   std::string reason;      // why not available ("" when available)
+  LoadedLibrary lib;       // for the report (optional_libraries) and symbol()
+  // Another CUPTI function (the tracer's), nullptr if absent or CUPTI is not loaded.
+  void* symbol(const char* name) const noexcept { return loaded ? lib.symbol(name) : nullptr; }
 };
 
 // Loads CUPTI on first call. Never throws.

@@ -24,7 +24,6 @@
 // Timestamps: CUPTI's default clock on Linux is CLOCK_REALTIME, the tracer's clock; the offset
 // between cuptiGetTimestamp and trace_clock_ns is measured at start and applied if it is not
 // ~0 (another tool may have registered a different timestamp callback).
-#include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -147,10 +146,10 @@ struct Fns {
 const Fns& fns() {
   static const Fns f = [] {
     Fns r;
-    void* h = cupti().handle;
-    if (!h) return r;
+    const CuptiApi& api = cupti();
+    if (!api.loaded) return r;
     auto get = [&](auto& slot, const char* name, bool required) {
-      slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(h, name));
+      slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(api.symbol(name));
       if (!slot && required) r.missing += (r.missing.empty() ? "" : ", ") + std::string(name);
     };
     get(r.get_version, "cuptiGetVersion", true);
@@ -528,7 +527,7 @@ void Session::enable_kinds(const ActivityConfig& cfg, bool on, std::string* erro
 ActivityStatus Session::start(ActivitySink* sink, const ActivityConfig& cfg) {
   ActivityStatus st;
   const CuptiApi& api = cupti();
-  if (!api.handle) {
+  if (!api.loaded) {
     st.reason = "no device activity: " + api.reason;
     return st;
   }

@@ -1,7 +1,6 @@
 // The one CUPTI subscriber (cupti_subscriber.hpp).
 #include "backend/cuda/cupti_subscriber.hpp"
 
-#include <dlfcn.h>
 
 #include "backend/cuda/cupti.hpp"
 
@@ -50,15 +49,15 @@ struct Fns {
 const Fns& fns() {
   static const Fns f = [] {
     Fns r;
-    void* h = cupti().handle;
-    if (!h) return r;
-    r.subscribe = reinterpret_cast<decltype(r.subscribe)>(dlsym(h, "cuptiSubscribe"));
-    r.subscribe_v2 = reinterpret_cast<decltype(r.subscribe_v2)>(dlsym(h, "cuptiSubscribe_v2"));
-    r.unsubscribe = reinterpret_cast<decltype(r.unsubscribe)>(dlsym(h, "cuptiUnsubscribe"));
+    const CuptiApi& api = cupti();
+    if (!api.loaded) return r;
+    r.subscribe = reinterpret_cast<decltype(r.subscribe)>(api.symbol("cuptiSubscribe"));
+    r.subscribe_v2 = reinterpret_cast<decltype(r.subscribe_v2)>(api.symbol("cuptiSubscribe_v2"));
+    r.unsubscribe = reinterpret_cast<decltype(r.unsubscribe)>(api.symbol("cuptiUnsubscribe"));
     r.enable_callback =
-        reinterpret_cast<decltype(r.enable_callback)>(dlsym(h, "cuptiEnableCallback"));
+        reinterpret_cast<decltype(r.enable_callback)>(api.symbol("cuptiEnableCallback"));
     r.result_string =
-        reinterpret_cast<decltype(r.result_string)>(dlsym(h, "cuptiGetResultString"));
+        reinterpret_cast<decltype(r.result_string)>(api.symbol("cuptiGetResultString"));
     return r;
   }();
   return f;
@@ -78,7 +77,7 @@ std::string CuptiSubscriber::add(Callback fn, void* user) {
   std::lock_guard lock(mu_);
   if (clients_ == 0) {
     const CuptiApi& api = cupti();
-    if (!api.handle) return api.reason;
+    if (!api.loaded) return api.reason;
     const Fns& f = fns();
     if (!f.subscribe || !f.unsubscribe || !f.enable_callback) {
       return api.path + " lacks cuptiSubscribe/cuptiEnableCallback";
