@@ -164,8 +164,11 @@ class CUDASanitizerErrors : public Error {
 
 // Where warn-mode reports and free reports go (stderr by default). Called on the thread that
 // found the race, with no sanitizer lock held; an exception it throws propagates from the op
-// (never from a free). nullptr restores the default.
-void set_warning_handler(std::function<void(const std::string& message)> handler);
+// (never from a free). `from_free`: the report comes from a free, which runs in a destructor,
+// possibly on a stream worker thread and under other locks: the handler must not block (an
+// interpreter that needs its lock to report should print instead). nullptr restores stderr.
+using WarningHandler = std::function<void(const std::string& message, bool from_free)>;
+void set_warning_handler(WarningHandler handler);
 
 // Counters since enable(), for tests and benchmarks.
 struct Stats {
@@ -182,10 +185,12 @@ Stats stats() noexcept;
 // interpreter lock back when the thread released it around the call (ops called without the
 // GIL, such as copies), otherwise it records nothing then (allocations and frees, which may
 // run under other locks). `symbolize` gives file, line, function and source text of a frame
-// for a report. Code objects must stay valid for the life of the process (python_stacks.hpp).
+// for a report (with `may_block` false — a free's report — it must not wait for the interpreter
+// lock: it may leave the fields as they are). Code objects must stay valid for the life of the
+// process (python_stacks.hpp).
 using PyCaptureHook = void (*)(std::vector<PyFrameRef>& out, bool may_block);
 using PySourceHook = void (*)(const PyFrameRef& frame, std::string& file, int& line,
-                              std::string& name, std::string& source);
+                              std::string& name, std::string& source, bool may_block);
 void set_python_hooks(PyCaptureHook capture, PySourceHook symbolize);
 
 }  // namespace sanitizer

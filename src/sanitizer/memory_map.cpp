@@ -197,13 +197,13 @@ void freeing(void* ptr) noexcept {
         " it: call record_stream(stream) on the tensor before dropping it, or make the "
         "allocation stream wait for that stream.\n"
         "Free with stack trace:\n" +
-        format_site(capture_site("free", __builtin_frame_address(0), false)) +
+        format_site(capture_site("free", __builtin_frame_address(0), false), false) +
         "Unsynchronized access by stream " +
         std::to_string(other ? reinterpret_cast<std::uintptr_t>(other->handle) : 0) +
         " during kernel:\n" + (last.site ? last.site->kernel : "?") + "\nWith stack trace:\n" +
-        format_site(last.site) + "Tensor was allocated with stack trace:\n" +
-        format_site(a.alloc_site);
-    warn_noexcept(msg);
+        format_site(last.site, false) + "Tensor was allocated with stack trace:\n" +
+        format_site(a.alloc_site, false);
+    warn_from_free(msg);
   } catch (...) {
   }
 }

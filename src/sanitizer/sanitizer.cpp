@@ -20,7 +20,7 @@ std::mutex g_switch_mu;  // serialises enable / disable
 
 struct Handler {
   std::mutex mu;
-  std::shared_ptr<const std::function<void(const std::string&)>> fn;  // copy-on-write
+  std::shared_ptr<const cudakit::sanitizer::WarningHandler> fn;  // copy-on-write
 };
 Handler& handler() {
   static auto* h = new Handler();  // never destroyed: warnings may come during exit
@@ -52,22 +52,26 @@ struct EnvSwitch {
 
 bool raise_mode() noexcept { return g_raise.load(std::memory_order_relaxed); }
 
-void warn(const std::string& message) {
-  std::shared_ptr<const std::function<void(const std::string&)>> fn;
+namespace {
+void report(const std::string& message, bool from_free) {
+  std::shared_ptr<const cudakit::sanitizer::WarningHandler> fn;
   {
     std::lock_guard lock(handler().mu);
     fn = handler().fn;
   }
   if (fn && *fn) {
-    (*fn)(message);
+    (*fn)(message, from_free);
     return;
   }
   std::fprintf(stderr, "%s\n", message.c_str());
 }
+}  // namespace
 
-void warn_noexcept(const std::string& message) noexcept {
+void warn(const std::string& message) { report(message, false); }
+
+void warn_from_free(const std::string& message) noexcept {
   try {
-    warn(message);
+    report(message, true);
   } catch (...) {  // a handler that raises (warnings as errors) cannot fail a free
   }
 }
@@ -96,9 +100,8 @@ void disable() noexcept {
 bool is_enabled() noexcept { return ds::g_on.load(std::memory_order_relaxed); }
 OnRace on_race() noexcept { return ds::raise_mode() ? OnRace::raise : OnRace::warn; }
 
-void set_warning_handler(std::function<void(const std::string& message)> fn) {
-  auto p = fn ? std::make_shared<const std::function<void(const std::string&)>>(std::move(fn))
-              : nullptr;
+void set_warning_handler(WarningHandler fn) {
+  auto p = fn ? std::make_shared<const WarningHandler>(std::move(fn)) : nullptr;
   std::lock_guard lock(ds::handler().mu);
   ds::handler().fn = std::move(p);
 }

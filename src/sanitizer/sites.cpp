@@ -4,6 +4,9 @@
 // Cost (emulated, one op from a shallow Python loop): the C++ walk ~20 ns, the Python hook
 // ~20 ns per frame, the intern lookup ~15 ns (a hash of the frames and one probe of a
 // thread-local table). Nothing is symbolised until a race is reported.
+#include <dlfcn.h>
+
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -96,7 +99,7 @@ const char* intern(std::string_view name) {
   return out;
 }
 
-std::string format_site(const Site* s) {
+std::string format_site(const Site* s, bool may_block) {
   if (!s) return "  (stack not recorded: the sanitizer was off when this happened)\n";
   std::string out;
   // Python frames, outermost first as a traceback prints them.
@@ -104,19 +107,31 @@ std::string format_site(const Site* s) {
   for (auto it = s->py.rbegin(); it != s->py.rend(); ++it) {
     std::string file = "??", name = "??", source;
     int line = 0;
-    if (sym) sym(*it, file, line, name, source);
+    if (sym) sym(*it, file, line, name, source, may_block);
     out += "  File \"" + file + "\", line " + std::to_string(line) + ", in " + name + "\n";
     if (!source.empty()) out += "    " + source + "\n";
   }
-  if (s->depth > 0) {
-    out += "  C++ frames (innermost first):\n";
-    for (int i = 0; i < s->depth; ++i) {
-      std::string file, name;
-      memory::symbolize_cpp_frame(s->pc[i], file, name);
-      if (const auto slash = file.rfind('/'); slash != std::string::npos) file.erase(0, slash + 1);
-      out += "    #" + std::to_string(i) + " " + name + " in " + file + "\n";
+  std::string cpp;
+  int shown = 0;
+  for (int i = 0; i < s->depth; ++i) {
+    // Hidden functions have no dynamic symbol: library+offset, for addr2line. An address in
+    // no loaded object ends the walk (a frame of code built without frame pointers).
+    Dl_info info{};
+    if (!dladdr(static_cast<char*>(s->pc[i]) - 1, &info) || !info.dli_fname) break;
+    std::string file, name;
+    memory::symbolize_cpp_frame(s->pc[i], file, name);
+    if (const auto slash = file.rfind('/'); slash != std::string::npos) file.erase(0, slash + 1);
+    if (!info.dli_sname) {
+      char off[32];
+      std::snprintf(off, sizeof off, "+%#zx",
+                    static_cast<std::size_t>(static_cast<char*>(s->pc[i]) -
+                                             static_cast<char*>(info.dli_fbase)));
+      cpp += "    #" + std::to_string(shown++) + " " + file + off + "\n";
+    } else {
+      cpp += "    #" + std::to_string(shown++) + " " + name + " in " + file + "\n";
     }
   }
+  if (!cpp.empty()) out += "  C++ frames (innermost first):\n" + cpp;
   if (s->py.empty() && s->depth == 0) out += "  (no frames)\n";
   return out;
 }

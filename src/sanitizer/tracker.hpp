@@ -76,7 +76,8 @@ const Site* capture_site(const char* kernel, const void* entry, bool may_block);
 // A stable copy of a name (interned for the life of the process).
 const char* intern(std::string_view name);
 // "  File ..., line N, in f\n    source\n" (outermost first) then the C++ frames.
-std::string format_site(const Site* s);
+// `may_block` false: Python frames are named only if that needs no wait (free reports).
+std::string format_site(const Site* s, bool may_block = true);
 void set_python_hooks(cudakit::sanitizer::PyCaptureHook capture,
                       cudakit::sanitizer::PySourceHook symbolize) noexcept;
 
@@ -210,7 +211,7 @@ class Tracker {
 // Settings and reporting (sanitizer.cpp).
 bool raise_mode() noexcept;
 void warn(const std::string& message);  // through the warning handler; may throw
-void warn_noexcept(const std::string& message) noexcept;
+void warn_from_free(const std::string& message) noexcept;
 
 // Captures (capture.cpp): true when `s` belongs to a registered capture; the op's operands go
 // there instead of being checked.

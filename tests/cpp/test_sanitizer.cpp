@@ -30,7 +30,7 @@ class Sanitizer : public ::testing::Test {
     was_enabled_ = san::is_enabled();
     san::disable();
     san::enable(san::OnRace::raise);
-    san::set_warning_handler([this](const std::string& m) {
+    san::set_warning_handler([this](const std::string& m, bool /*from_free*/) {
       std::lock_guard lock(mu_);
       warnings_.push_back(m);
     });
