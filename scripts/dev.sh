@@ -66,6 +66,7 @@ TSAN_TESTS=(
   test_memory_stress
   test_memory_threads
   test_nvtx
+  test_sanitizer
   test_streams
 )
 ASAN_TESTS=(
@@ -85,6 +86,7 @@ ASAN_TESTS=(
   test_memory_stress
   test_nvtx
   test_profiler
+  test_sanitizer
   test_streams
   test_tensor_async_copy
   test_tensor_core
