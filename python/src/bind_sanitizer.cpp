@@ -61,12 +61,18 @@ void capture_stack(std::vector<PyFrameRef>& out, bool may_block) {
   GilIfPossible gil(may_block);
   if (!gil.ok()) return;
   static auto* kept = new std::unordered_set<const void*>();
+  // Direct-mapped cache in front of `kept`: a loop's few code objects skip the hash set.
+  static const void* seen[256] = {};
   PyFrameObject* f = PyEval_GetFrame();
   if (f) Py_INCREF(f);
   int depth = 0;
   while (f && depth++ < 64) {
     PyCodeObject* code = PyFrame_GetCode(f);
-    if (kept->insert(code).second) Py_INCREF(code);
+    const void*& slot = seen[(reinterpret_cast<std::uintptr_t>(code) >> 4) & 255];
+    if (slot != code) {
+      if (kept->insert(code).second) Py_INCREF(code);
+      slot = code;
+    }
 #if PY_VERSION_HEX >= 0x030B0000
     out.push_back({code, PyFrame_GetLasti(f)});
 #else

@@ -16,10 +16,12 @@ namespace {
 // Bytes [lo, hi) a view covers, relative to its storage's start (every byte between its lowest
 // and highest element). False for an empty view.
 bool extent(const Tensor& t, std::uint64_t& lo, std::uint64_t& hi) {
-  if (t.numel() == 0) return false;
   std::int64_t first = t.storage_offset(), last = t.storage_offset();
-  for (std::size_t d = 0; d < t.sizes().size(); ++d) {
-    const std::int64_t span = (t.sizes()[d] - 1) * t.strides()[d];
+  const Shape& sizes = t.sizes();
+  const Shape& strides = t.strides();
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return false;  // empty view: touches nothing
+    const std::int64_t span = (sizes[d] - 1) * strides[d];
     (span < 0 ? first : last) += span;
   }
   const auto es = static_cast<std::int64_t>(t.element_size());
@@ -186,7 +188,13 @@ void run_access(const Site* site, StreamHandle s, int device, Pending* ops, int 
     } unlock{t, ids, nshards};
 
     // Check every operand against the state before this op.
-    std::vector<AllocState*> states(static_cast<std::size_t>(n));
+    AllocState* state_buf[16];
+    std::vector<AllocState*> state_vec;
+    AllocState** states = state_buf;
+    if (n > 16) {
+      state_vec.resize(static_cast<std::size_t>(n));
+      states = state_vec.data();
+    }
     for (int i = 0; i < n; ++i) {
       Pending& p = ops[i];
       auto& allocs = t.shard(p.shard).allocs;
@@ -197,13 +205,15 @@ void run_access(const Site* site, StreamHandle s, int device, Pending* ops, int 
         AllocState a;
         a.size = std::max<std::size_t>(p.size_hint, p.end);
         a.device = p.device;
+        a.stale_prone = !p.exact || distinct;  // a raw range, or a replay's (maybe freed) buffer
+        if (a.stale_prone) t.stale_prone.fetch_add(1, std::memory_order_relaxed);
         it = allocs.emplace(p.base, std::move(a)).first;
         t.n_allocs.fetch_add(1, std::memory_order_relaxed);
       } else if (it->second.size < p.end) {
         it->second.size = p.end;  // a backfilled foreign range used further out
       }
       AllocState& a = it->second;
-      states[static_cast<std::size_t>(i)] = &a;
+      states[i] = &a;
       for (const AccessRec& r : a.accesses) {
         if (!overlaps(r, p)) continue;
         if (!p.write && r.kind == Kind::read) continue;
@@ -224,7 +234,7 @@ void run_access(const Site* site, StreamHandle s, int device, Pending* ops, int 
       bool have_host = false;
       for (int i = 0; i < n; ++i) {
         const Pending& p = ops[i];
-        AllocState& a = *states[static_cast<std::size_t>(i)];
+        AllocState& a = *states[i];
         auto& acc = a.accesses;
         // Drop what this access subsumes: anything a write covers (a later access ordered
         // after the write is ordered after them, or the race was reported), and reads covered

@@ -32,6 +32,7 @@ bool Tracker::containing(std::uintptr_t p, std::uintptr_t& base, std::size_t& si
     std::lock_guard lock(sh.mu);
     if (holder_in(sh, p, base, size)) return true;
   }
+  if (n_big_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(big_mu_);
   auto it = big_.upper_bound(p);
   if (it == big_.begin()) return false;
@@ -45,6 +46,7 @@ bool Tracker::containing(std::uintptr_t p, std::uintptr_t& base, std::size_t& si
 }
 
 void Tracker::erase_overlapping(std::uintptr_t p, std::size_t n) {
+  if (stale_prone.load(std::memory_order_acquire) == 0) return;
   if (n == 0) n = 1;
   const std::uintptr_t end = p + n;
   // Starts inside [p, end): in the shards of the regions the range spans (all 64 at most).
@@ -56,6 +58,7 @@ void Tracker::erase_overlapping(std::uintptr_t p, std::size_t n) {
     auto it = sh.allocs.lower_bound(p);
     while (it != sh.allocs.end() && it->first < end) {
       if (it->second.size > kRegion) big_erase(it->first);
+      if (it->second.stale_prone) stale_prone.fetch_sub(1, std::memory_order_relaxed);
       it = sh.allocs.erase(it);
       n_allocs.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -66,7 +69,11 @@ void Tracker::erase_overlapping(std::uintptr_t p, std::size_t n) {
   if (containing(p, base, size) && base < p) {
     Shard& sh = shard(shard_of(base));
     std::lock_guard lock(sh.mu);
-    if (sh.allocs.erase(base) != 0) n_allocs.fetch_sub(1, std::memory_order_relaxed);
+    if (auto it = sh.allocs.find(base); it != sh.allocs.end()) {
+      if (it->second.stale_prone) stale_prone.fetch_sub(1, std::memory_order_relaxed);
+      sh.allocs.erase(it);
+      n_allocs.fetch_sub(1, std::memory_order_relaxed);
+    }
     if (size > kRegion) big_erase(base);
   }
 }
@@ -74,11 +81,14 @@ void Tracker::erase_overlapping(std::uintptr_t p, std::size_t n) {
 void Tracker::big_insert(std::uintptr_t p, std::size_t n) {
   std::lock_guard lock(big_mu_);
   big_[p] = n;
+  n_big_.store(static_cast<std::int64_t>(big_.size()), std::memory_order_release);
 }
 
 void Tracker::big_erase(std::uintptr_t p) noexcept {
+  if (n_big_.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(big_mu_);
   big_.erase(p);
+  n_big_.store(static_cast<std::int64_t>(big_.size()), std::memory_order_release);
 }
 
 void Tracker::clear() noexcept {
@@ -89,7 +99,9 @@ void Tracker::clear() noexcept {
   {
     std::lock_guard lock(big_mu_);
     big_.clear();
+    n_big_.store(0);
   }
+  stale_prone = 0;
   for (auto& es : events_) {
     std::lock_guard lock(es.mu);
     es.clocks.clear();
@@ -112,6 +124,7 @@ void allocated(void* ptr, std::size_t n, int device, StreamHandle s) noexcept {
     a.size = n;
     a.device = device;
     a.alloc_site = site;
+    a.accesses.reserve(4);  // one allocation for the usual few accesses
     // Memory handed out during a capture belongs to the graph's pool; its first use is a
     // captured one, ordered by the graph.
     if (!capture_record(s, nullptr, 0, nullptr)) {
@@ -158,8 +171,14 @@ void freeing(void* ptr) noexcept {
       sh.allocs.erase(it);
       t.n_allocs.fetch_sub(1, std::memory_order_relaxed);
     }
+    if (a.stale_prone) t.stale_prone.fetch_sub(1, std::memory_order_relaxed);
     if (a.size > (std::size_t{1} << Tracker::kRegionShift)) t.big_erase(p);
-    if (a.alloc_stream == kNoStream || a.accesses.empty()) return;
+    if (a.alloc_stream == kNoStream) return;
+    // Only accesses from other streams than the allocation stream need the check.
+    if (std::none_of(a.accesses.begin(), a.accesses.end(), [&](const AccessRec& r) {
+          return r.kind != Kind::allocation && r.stream != a.alloc_stream;
+        }))
+      return;
     StreamState* home = t.stream_by_id(a.alloc_stream);
     if (!home) return;
     // The allocator hands the memory out again ordered on the allocation stream (and after

@@ -26,11 +26,18 @@ struct StreamCache {
   int next = 0;
 };
 namespace {
-thread_local StreamCache tls_streams;
+// On the heap behind one pointer: thread_local bytes of libcudakit are scarce static TLS
+// (sites.cpp says why).
+thread_local std::unique_ptr<StreamCache> tls_stream_cache;
+StreamCache& stream_cache() {
+  if (!tls_stream_cache) [[unlikely]] tls_stream_cache = std::make_unique<StreamCache>();
+  return *tls_stream_cache;
 }
+}  // namespace
 
 StreamState& Tracker::stream(StreamHandle h, int device) {
   const std::uint64_t gen = reg_generation_.load(std::memory_order_acquire);
+  StreamCache& tls_streams = stream_cache();
   for (auto& c : tls_streams.e)
     if (c.s && c.h == h && c.device == device && c.gen == gen) return *c.s;
   StreamState* found = nullptr;

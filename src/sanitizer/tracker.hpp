@@ -100,6 +100,9 @@ struct AllocState {
   std::uint32_t alloc_stream = kNoStream;  // kNoStream: allocation not seen (backfilled)
   const Site* alloc_site = nullptr;
   std::uint32_t sweep_at = 16;  // prune retired accesses when there are more than this
+  // Backfilled from a raw pointer or a graph replay: no free will ever name it, so a new
+  // allocation over its bytes must drop it (Tracker::stale_prone counts these).
+  bool stale_prone = false;
   std::vector<AccessRec> accesses;
   std::vector<std::uint32_t> recorded_streams;
 };
@@ -162,7 +165,10 @@ class Tracker {
   // Resolves a raw pointer to (allocation base, its size) when a tracked allocation holds it.
   bool containing(std::uintptr_t p, std::uintptr_t& base, std::size_t& size);
   // Drops tracked allocations overlapping [p, p + n) (stale: the memory was handed out again).
+  // Only entries no free will erase can overlap a new allocation: nothing to do (and no lock
+  // taken) while there are none.
   void erase_overlapping(std::uintptr_t p, std::size_t n);
+  std::atomic<std::int64_t> stale_prone{0};
   void big_insert(std::uintptr_t p, std::size_t n);
   void big_erase(std::uintptr_t p) noexcept;
 
@@ -206,6 +212,7 @@ class Tracker {
   std::array<Shard, kShards> shards_;
   std::mutex big_mu_;
   std::map<std::uintptr_t, std::size_t> big_;  // allocations larger than one region
+  std::atomic<std::int64_t> n_big_{0};           // big_.size(), read without big_mu_
 };
 
 // Settings and reporting (sanitizer.cpp).
