@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +22,15 @@ using namespace cudakit;
 namespace san = cudakit::sanitizer;
 
 namespace {
+
+// Runs first: under ctest cpp.test_sanitizer.sanitizer (CUDAKIT_CUDA_SANITIZER=1) the library
+// switched the sanitizer on when it was loaded, before any call.
+TEST(SanitizerEnvironment, EnablesAtLoad) {
+  const char* v = std::getenv("CUDAKIT_CUDA_SANITIZER");
+  if (!v || std::string(v) != "1") GTEST_SKIP() << "CUDAKIT_CUDA_SANITIZER is not 1";
+  EXPECT_TRUE(san::is_enabled());
+  EXPECT_EQ(san::on_race(), san::OnRace::raise);
+}
 
 class Sanitizer : public ::testing::Test {
  protected:
