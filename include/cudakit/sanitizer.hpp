@@ -39,6 +39,9 @@
 // the host clock's lock only when a synchronisation changed it. The model treats the host as
 // one thread (as CSAN): a synchronisation on any thread orders work issued later on every
 // thread, so races between host threads that are ordered only by host-side locks are not seen.
+// Buffer, Access and UnsynchronizedAccess are plain values; CUDASanitizerErrors is immutable.
+// Enable and disable while no other thread issues work (a check in flight on another thread
+// finishes against the state it started with).
 #pragma once
 
 #include <cstddef>
