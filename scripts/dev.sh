@@ -67,6 +67,7 @@ TSAN_TESTS=(
   test_memory_threads
   test_nvtx
   test_profiler_trace
+  test_sanitizer
   test_streams
 )
 ASAN_TESTS=(
@@ -87,6 +88,7 @@ ASAN_TESTS=(
   test_nvtx
   test_profiler
   test_profiler_trace
+  test_sanitizer
   test_streams
   test_tensor_async_copy
   test_tensor_core

@@ -83,5 +83,8 @@ from .graphs import (  # noqa: E402,F401
 )
 from . import graph_annotations  # noqa: E402,F401
 from . import _graph_annotations  # noqa: E402,F401
+# The stream sanitizer (torch.cuda._sanitizer; CUDAKIT_CUDA_SANITIZER / TORCH_CUDA_SANITIZER
+# enable it when libcudakit loads).
+from . import sanitizer, _sanitizer  # noqa: E402,F401
 
 __version__ = "0.1.0"

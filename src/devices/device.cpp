@@ -12,6 +12,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 #include "devices/sync_debug.hpp"
+#include "sanitizer/hooks.hpp"
 
 namespace cudakit {
 namespace {
@@ -224,6 +225,7 @@ void synchronize(int device) {
   detail::on_synchronizing_call("cudakit::synchronize");
   DeviceGuard guard(device);
   detail::backend().device_synchronize(device);
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_device(device);  // sanitizer
 }
 
 bool can_device_access_peer(int device, int peer_device) {

@@ -13,6 +13,7 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
+#include "sanitizer/hooks.hpp"
 
 namespace cudakit {
 
@@ -256,6 +257,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
     if (rng) rng->capture_epilogue();
     throw;
   }
+  detail::sanitizer::capture_begin(id);  // sanitizer: ops on this capture's streams are recorded
   s.device = device;
   s.capture_stream = stream;
   s.capture_id = id;
@@ -300,6 +302,7 @@ void CUDAGraph::abort_capture() noexcept {
     graphs_detail::unregister_recorder(s.capture_id);
     s.recorder.reset();
   }
+  detail::sanitizer::capture_end(s.capture_id);  // sanitizer: discards what was recorded
   s.release_pools();
 }
 
@@ -332,6 +335,7 @@ void CUDAGraph::capture_end_pre() {
   s.capturing = false;
   s.graph = g;
   s.capture_ended = true;
+  s.sanitizer_accesses = detail::sanitizer::capture_end(s.capture_id);  // sanitizer
   if (s.rng != nullptr) {
     try {
       s.rng_blocks = s.rng->capture_epilogue();
@@ -431,6 +435,8 @@ namespace {
 
 void launch_on(CUDAGraph::Impl& s, detail::Backend& b) {
   const StreamRef stream = current_stream(s.device);
+  if (detail::sanitizer::on() && s.sanitizer_accesses) [[unlikely]]  // sanitizer
+    detail::sanitizer::graph_replayed(s.sanitizer_accesses, stream.handle(), s.device);
   if (s.rng_blocks != 0) s.rng->replay_prologue(s.rng_blocks, stream);
   if (s.sync_before_release) [[unlikely]] {
     std::lock_guard lock(s.replay_streams_mu);
@@ -505,6 +511,7 @@ void CUDAGraph::reset() {
   s.published_exec_id = 0;
   s.sync_before_release = false;
   s.replay_streams.clear();
+  s.sanitizer_accesses.reset();
 }
 
 // ---- accessors ----

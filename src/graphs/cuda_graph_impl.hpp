@@ -71,6 +71,8 @@ struct CUDAGraph::Impl {
   bool sync_before_release = false;
   std::mutex replay_streams_mu;           // replays may run on several threads
   std::vector<StreamRef> replay_streams;  // recorded only when sync_before_release
+  // ---- stream sanitizer: the accesses captured (null unless it was on at capture_begin) ----
+  std::shared_ptr<const void> sanitizer_accesses;
 
   // Helpers (cuda_graph.cpp).
   void end_routing() noexcept;

@@ -10,6 +10,7 @@
 #include "memory/deferred_free.hpp"
 #include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
+#include "sanitizer/hooks.hpp"
 
 namespace cudakit {
 
@@ -58,11 +59,14 @@ bool native_record_stream(void* ptr, detail::StreamHandle stream) {
 // through allocate_device, and history names frames through the dynamic symbol table.
 void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
   drain_deferred_frees();
-  if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
-  return alloc_native(bytes, dev, stream);
+  PluggedAllocator* plugged = plugged_allocator();
+  void* p = plugged ? plugged->allocate(bytes, dev, stream) : alloc_native(bytes, dev, stream);
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::allocated(p, bytes, dev, stream);  // sanitizer
+  return p;
 }
 
 bool raw_free(void* ptr, int dev_hint) {
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::freeing(ptr);  // sanitizer
   if (detail::in_host_function()) [[unlikely]] {  // deferred_free.hpp says why
     defer_free(ptr, dev_hint, DeferredKind::device);
     return true;
@@ -126,7 +130,10 @@ void record_stream(void* ptr, StreamRef stream) {
   int dev = stream.device() >= 0 ? stream.device() : detail::backend().current_device();
   if (memory::host_allocator().record_event(ptr, stream.handle(), dev)) return;
   if (memory::owned_by_plugged(ptr)) return;  // a plugged allocator has no stream semantics
-  if (memory::native_record_stream(ptr, stream.handle())) return;
+  if (memory::native_record_stream(ptr, stream.handle())) {
+    if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::stream_recorded(ptr, stream.handle(), dev);  // sanitizer
+    return;
+  }
   throw ValueError("record_stream: pointer is not a live allocation of cudakit's caching "
                    "allocator (already freed, or allocated elsewhere)");
 }

@@ -103,6 +103,8 @@ const StackBounds& stack_bounds() {
   return b;
 }
 
+}  // namespace
+
 // Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. Frames
 // below `entry` (the allocator's own) are skipped. Stops at the first frame pointer that is
 // outside this thread's stack, misaligned or not increasing, so code built without frame
@@ -124,7 +126,6 @@ __attribute__((noinline)) int walk_frames(void** out, int max, std::uintptr_t en
   }
   return n;
 }
-}  // namespace
 
 int history_context_level() noexcept {
   return history_enabled() ? settings().context.load(std::memory_order_relaxed) : kContextNone;

@@ -91,6 +91,11 @@ struct CapturedStack {
 // (frames at and below it are the allocator's own). `is_free`: context "all" only.
 void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free);
 
+// The frame-pointer walk behind capture_stack: return addresses of the calling thread's
+// frames at and above frame address `entry`, innermost first (also used by the stream
+// sanitizer, src/sanitizer).
+int walk_frames(void** out, int max, std::uintptr_t entry);
+
 // Snapshot-time form of a stack (symbolised by snapshot.cpp).
 struct HistoryContext {
   std::vector<void*> frames;           // raw C++ return addresses, innermost first

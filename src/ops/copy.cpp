@@ -21,6 +21,7 @@ void cast_copy(const Tensor& dst, const Tensor& src) {
   args.calc = make_calc<2>(dst.sizes(), {&dst.strides(), &src.strides()});
   if (args.n == 0) return;
   Device d = dst.device();
+  sanitize("copy_", d, {{&src, "src"}}, {{&dst, "self"}});
   int dc = code(dst.dtype());
   if (exec_for(d) == Exec::cuda) cuda_cast(d.index, stream_for(d), args, dc);
   else run_cpu(d, {dst.storage(), src.storage()}, [args, dc] { cpu_cast(args, dc); }, "ck_cast");
@@ -86,6 +87,7 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   if (dd == sd) {
     if (same_dense_layout(*this, src) && data_ptr() == src.data_ptr()) return *this;
     if (same_dense_layout(*this, src) && dd.is_cuda()) {
+      sanitize("copy_", dd, {{&src, "src"}}, {{this, "self"}});
       detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), stream_for(dd));
       return *this;
     }
@@ -105,6 +107,8 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
     // Order after the source device's pending work, and make it wait for ours afterwards.
     current_stream(cd.index).wait(current_stream(sd.index));
   }
+  // One access for the whole transfer on `s` (staging and landing buffers are ops of their own).
+  sanitize("copy_", cd, {{&src, "src"}}, {{this, "self"}});
   if (dense) {
     detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), s);
   } else {
@@ -113,7 +117,10 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
     } else {
       Tensor landing = empty(sizes_, TensorOptions{dtype_, dd, false});
       detail::backend().memcpy_async(landing.data_ptr(), staged.data_ptr(), nbytes(), s);
-      if (dd.is_cpu()) detail::backend().stream_synchronize(s);  // host scatter needs the bytes
+      if (dd.is_cpu()) {
+        detail::backend().stream_synchronize(s);  // host scatter needs the bytes
+        if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(s, cd.index);  // sanitizer
+      }
       cast_copy(*this, landing);
       if (dd.is_cuda()) keep_alive(s, {landing.storage()});
     }
@@ -122,7 +129,10 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   if (dd.is_cuda() && sd.is_cuda()) current_stream(sd.index).wait(current_stream(cd.index));
   // Asynchronous copies from/to host memory: keep both ends alive until the copy ran.
   if (non_blocking && (dd.is_cpu() || sd.is_cpu())) protect_async_ends(s, cd.index, storage_, src.storage());
-  if (!non_blocking && (dd.is_cpu() || sd.is_cpu())) detail::backend().stream_synchronize(s);
+  if (!non_blocking && (dd.is_cpu() || sd.is_cpu())) {
+    detail::backend().stream_synchronize(s);
+    if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(s, cd.index);  // sanitizer
+  }
   return *this;
 }
 
@@ -136,6 +146,7 @@ Tensor& Tensor::fill_(const Scalar& value) {
   args.calc = make_calc<1>(sizes_, {&strides_});
   if (args.n == 0) return *this;
   Device d = device();
+  sanitize("fill_", d, {}, {{this, "self"}});
   int es = static_cast<int>(element_size());
   if (exec_for(d) == Exec::cuda) cuda_fill(d.index, stream_for(d), args, es);
   else run_cpu(d, {storage_}, [args, es] { cpu_fill(args, es); }, "ck_fill");

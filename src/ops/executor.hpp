@@ -17,6 +17,7 @@
 #include "cudakit/tensor.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/philox.hpp"
+#include "sanitizer/hooks.hpp"
 
 namespace cudakit::ops {
 
@@ -32,6 +33,18 @@ inline int code(DType t) { return static_cast<int>(t); }
 // named `kernel` (a string literal): graph capture records it as a kernel node.
 void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn,
              const char* kernel = "ck_host_op");
+
+// The stream sanitizer's view of an op (src/sanitizer/hooks.hpp): before an op enqueues its
+// work on the current stream of device `d`, it names what it reads and writes (argument names
+// as torch's schemas; nullptr: the op's result). Off, this is one relaxed load; host tensors
+// are ignored. Throws CUDASanitizerErrors in raise mode, before anything is enqueued.
+inline void sanitize(const char* kernel, const Device& d,
+                     std::initializer_list<detail::sanitizer::Operand> reads,
+                     std::initializer_list<detail::sanitizer::Operand> writes) {
+  if (detail::sanitizer::on()) [[unlikely]] {  // sanitizer
+    if (!d.is_cpu()) detail::sanitizer::op(kernel, stream_for(d), d.index, reads, writes);
+  }
+}
 
 // Collapses (sizes, strides of N operands) into at most 8 dims, innermost first. Throws
 // NotSupportedError if more than 8 non-mergeable dims remain.

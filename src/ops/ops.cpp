@@ -89,6 +89,7 @@ Tensor binary(const Tensor& a0, const Tensor& b0, Family fam, int op, const char
   args.calc = make_calc<3>(shape, {&out.strides(), &ea.strides(), &eb.strides()});
   if (args.n == 0) return out;
   Device d = out.device();
+  sanitize(name, d, {{&ea, "self"}, {&eb, "other"}}, {{&out, out_opt ? "out" : nullptr}});
   const int c = code(rt);
   if (exec_for(d) == Exec::cuda) {
     if (fam == Family::arith) cuda_binary(d.index, stream_for(d), args, c);
@@ -144,6 +145,7 @@ Tensor unary(const Tensor& a, int op) {
   args.calc = make_calc<2>(a.sizes(), {&out.strides(), &a.strides()});
   if (args.n == 0) return out;
   Device d = a.device();
+  sanitize(op == kNeg ? "neg" : op == kRelu ? "relu" : "unary", d, {{&a, "self"}}, {{&out, nullptr}});
   DType t = a.dtype();
   if (exec_for(d) == Exec::cuda) cuda_unary(d.index, stream_for(d), args, code(t));
   else run_cpu(d, {out.storage(), a.storage()}, [args, t] { cpu_unary(args, code(t)); }, "ck_unary");
@@ -244,6 +246,7 @@ Tensor sum(const Tensor& a) {
   void* o = out.data_ptr();
   Device d = a.device();
   DType it = a.dtype();
+  sanitize("sum", d, {{&a, "self"}}, {{&out, nullptr}});
   if (exec_for(d) == Exec::cuda) cuda_sum(d.index, stream_for(d), in, calc, n, code(it), o, code(ot));
   else run_cpu(d, {out.storage(), a.storage()}, [=] { cpu_sum(in, calc, n, code(it), o, code(ot)); },
                  "ck_sum");
@@ -277,6 +280,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     } else if (k == 0) {
       out.zero_();
     } else {
+      sanitize("matmul", d, {{&a, "self"}, {&b, "other"}}, {{&out, nullptr}});
       blas_gemm(d.index, stream_for(d), a, b, out, matmul_allow_tf32());
     }
   } else if (m * n > 0) {

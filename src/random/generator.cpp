@@ -92,7 +92,13 @@ void Generator::capture_prologue() {
   }
   // Allocated outside capture would be ideal; the graphs module calls this before it begins
   // capturing, so this allocation is not part of the graph.
-  if (!buf.defined()) buf = zeros({}, TensorOptions{DType::int64, device_});
+  if (!buf.defined()) {
+    buf = zeros({}, TensorOptions{DType::int64, device_});
+    // Every replay rewrites this word on its own replay stream (replay_prologue): the zero
+    // fill, on this thread's current stream, must be complete before (found by the stream
+    // sanitizer). Once per generator.
+    current_stream(device_.index).sync();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   device_offset_ = buf;
   capturing_ = true;

@@ -37,6 +37,8 @@ void sample(Tensor& t, int dist, double a, double b, std::int64_t low, std::uint
   if (args.n == 0) return;
   Device d = t.device();
   Generator& gen = pick(g, d);
+  sanitize(dist == rng::kUniform ? "uniform_" : dist == rng::kNormal ? "normal_" : "random_", d, {},
+           {{&t, "self"}});
   int pb = rng::per_block(args.dtype, dist, range);
   PhiloxReservation r = gen.reserve(static_cast<std::uint64_t>((args.n + pb - 1) / pb));
   args.philox = rng::PhiloxArgs{r.seed, r.offset, r.offset_ptr};

@@ -5,6 +5,7 @@
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
 #include "devices/sync_debug.hpp"
+#include "sanitizer/hooks.hpp"
 
 namespace cudakit {
 
@@ -17,6 +18,7 @@ Event::Event(EventOptions options) : options_(options) {
 }
 
 Event::~Event() {
+  if (handle_ && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::event_destroyed(handle_);  // sanitizer
   if (handle_ && !detail::is_shutting_down()) {
     try {
       detail::backend().event_destroy(handle_);
@@ -66,6 +68,7 @@ void Event::record(StreamRef stream) {
   } else {
     detail::backend().event_record(handle_, stream.handle());
   }
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::event_recorded(handle_, stream.handle(), stream.device());  // sanitizer
 }
 
 void Event::record() { record(current_stream()); }
@@ -74,13 +77,16 @@ void Event::wait(StreamRef stream) const { stream.wait(*this); }
 
 bool Event::is_done() const {
   if (!handle_) return true;
-  return detail::backend().event_query(handle_);
+  const bool done = detail::backend().event_query(handle_);
+  if (done && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_event(handle_);  // sanitizer
+  return done;
 }
 
 void Event::sync() const {
   if (!handle_) return;
   detail::on_synchronizing_call("Event.synchronize");
   detail::backend().event_synchronize(handle_);
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_event(handle_);  // sanitizer
 }
 
 float Event::elapsed_time(const Event& end) const {

@@ -9,6 +9,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 #include "devices/sync_debug.hpp"
+#include "sanitizer/hooks.hpp"
 
 namespace cudakit {
 namespace {
@@ -54,7 +55,9 @@ StreamRef StreamRef::from_handle(detail::StreamHandle handle, int device) {
 }
 
 bool StreamRef::is_done() const {
-  return on_device_of(*this, [&] { return detail::backend().stream_query(handle_); });
+  const bool done = on_device_of(*this, [&] { return detail::backend().stream_query(handle_); });
+  if (done && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(handle_, device_);  // sanitizer
+  return done;
 }
 
 std::uint64_t StreamRef::id() const {
@@ -64,11 +67,13 @@ std::uint64_t StreamRef::id() const {
 void StreamRef::sync() const {
   detail::on_synchronizing_call("Stream.synchronize");
   on_device_of(*this, [&] { detail::backend().stream_synchronize(handle_); });
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(handle_, device_);  // sanitizer
 }
 
 void StreamRef::wait(const Event& event) const {
   if (!event.is_created()) return;  // never recorded: nothing to wait for (as torch)
   on_device_of(*this, [&] { detail::backend().stream_wait_event(handle_, event.handle()); });
+  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::stream_waited(handle_, device_, event.handle());  // sanitizer
 }
 
 void StreamRef::wait(StreamRef other) const {
@@ -100,6 +105,7 @@ Stream::Stream(int device, int priority, bool non_blocking)
 }
 
 Stream::~Stream() {
+  if (handle_ && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::stream_destroyed(handle_, device_);  // sanitizer
   if (handle_ && !detail::is_shutting_down()) {
     try {
       detail::backend().stream_destroy(handle_);

@@ -102,6 +102,7 @@ TEST(Graphs, CaptureEndPreAndPost) {
   REQUIRE_DEVICE();
   Tensor x = full({4}, Scalar(1.0), device_options());
   Stream s;
+  s.wait(current_stream());  // the replay on `s` reads x, filled on the default stream
   CUDAGraph g;  // keep_graph=false
   StreamGuard guard(s);
   g.capture_begin();

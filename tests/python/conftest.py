@@ -12,6 +12,9 @@ if os.environ.get("CUDAKIT_BACKEND") == "emulated":
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs the cuda backend and a real GPU")
+    config.addinivalue_line(
+        "markers", "races: issues unsynchronised work on purpose (deselected where the stream "
+                   "sanitizer checks the whole suite, ctest python.pytest.sanitizer)")
 
 
 def pytest_collection_modifyitems(config, items):

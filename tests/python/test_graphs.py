@@ -511,6 +511,7 @@ def test_concurrent_thread_local_captures(ck):
     def work(i):
         try:
             s = ck.Stream()
+            s.wait_stream(ck.default_stream())  # the replay on s reads x (found by the sanitizer)
             g = ck.CUDAGraph()
             with ck.stream(s):
                 g.capture_begin(capture_error_mode="thread_local")

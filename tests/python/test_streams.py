@@ -10,8 +10,8 @@ def test_current_and_default_stream(ck):
     assert s.cuda_stream == 0
     assert s.device == "cuda:0"
     assert s.device_index == 0
+    s.synchronize()  # an earlier test may have left work queued on the default stream
     assert s.query()
-    s.synchronize()
     assert s.__cuda_stream__() == (0, 0)
 
 
