@@ -82,6 +82,7 @@ from .graphs import (  # noqa: E402,F401
     make_graphed_callables,
 )
 from . import graph_annotations  # noqa: E402,F401
+from . import jiterator  # noqa: E402,F401  (torch.cuda.jiterator)
 from . import _graph_annotations  # noqa: E402,F401
 
 __version__ = "0.1.0"
