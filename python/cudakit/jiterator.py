@@ -61,7 +61,7 @@ class _JittedFunction:
 
     def __call__(self, *tensors: Any, **kwargs: Any) -> Any:
         out = self._fn(*tensors, **kwargs)
-        if tensors and type(tensors[0]) is not _C.Tensor:
+        if tensors and not isinstance(tensors[0], _C.Tensor):
             kind = type(tensors[0])
             if kind not in _converters:
                 _converters[kind] = _converter(kind)

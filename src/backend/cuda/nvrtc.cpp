@@ -20,7 +20,10 @@ namespace {
 const LibrarySpec& spec() {
   static const LibrarySpec s{
       "NVRTC",
-      {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"},
+      // The toolkit's default location last: runfile installs often leave it off the
+      // loader's path, while NVRTC (unlike libcuda) ships only with the toolkit.
+      {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
+       "/usr/local/cuda/lib64/libnvrtc.so.12"},
       "install the CUDA NVRTC runtime (libnvrtc, e.g. the cuda-nvrtc package or the "
       "nvidia-cuda-nvrtc wheel) or add its directory to LD_LIBRARY_PATH",
       [](const LoadedLibrary& l) -> std::string {
