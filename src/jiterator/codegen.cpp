@@ -293,8 +293,10 @@ void emit_generated(std::ostringstream& o, const ParsedCode& parsed, const Kerne
 
   // Device kernel.
   o << "#if defined(__CUDACC_RTC__)\n";
-  o << "#if __CUDA_ARCH__ >= 700\n#define CK_JIT_GRID_CONSTANT __grid_constant__\n#else\n"
-       "#define CK_JIT_GRID_CONSTANT\n#endif\n";
+  // __grid_constant__ (sm_70+, CUDA 11.7+): the kernel reads its parameter block in place,
+  // where a reference to a plain by-value parameter makes a local-memory copy.
+  o << "#if __CUDA_ARCH__ >= 700 && (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 7))\n"
+       "#define CK_JIT_GRID_CONSTANT __grid_constant__\n#else\n#define CK_JIT_GRID_CONSTANT\n#endif\n";
   o << "namespace ck_jit {\n";
   o << "constexpr int kBlock = " << kBlock << ", kVec = " << int(s.vec) << ", kUnroll = "
     << int(s.unroll) << ";\n";

@@ -437,3 +437,44 @@ TEST(Jiterator, RunsOnTheCurrentStream) {
   EXPECT_EQ(v.front(), 5.0);
   EXPECT_EQ(v.back(), 5.0);
 }
+
+TEST(Jiterator, MisalignedViewsAndPartialTilesGiveTheSameValues) {
+  REQUIRE_DEVICE();
+  // Offsets of 1..3 elements break 16-byte alignment (the vector width drops); sizes around
+  // one tile of the contiguous kernel (128 threads x 4 vectors x 4 floats) cover full tiles,
+  // the partial last tile and arrays smaller than a tile.
+  auto f = jt::create_jit_fn("template <typename T> T f(T x, T y, T a) { return a * x + y; }", {{"a", 0.25}});
+  const std::int64_t tile = 128 * 4 * 4;
+  Tensor big = device_tensor(iota_values(3 * tile + 8), {3 * tile + 8});
+  Tensor other = device_tensor(iota_values(3 * tile + 8, 9.0, -0.125), {3 * tile + 8});
+  for (std::int64_t offset : {0, 1, 2, 3}) {
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{37}, tile - 1, tile, tile + 5, 2 * tile + 7}) {
+      SCOPED_TRACE("offset " + std::to_string(offset) + " n " + std::to_string(n));
+      Tensor x = big.slice(0, offset, offset + n), y = other.slice(0, 3 - offset, 3 - offset + n);
+      auto got = values(f({x, y}));
+      auto xv = values(x), yv = values(y);
+      ASSERT_EQ(got.size(), static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_FLOAT_EQ(got[i], static_cast<float>(0.25f * static_cast<float>(xv[i]) + static_cast<float>(yv[i])));
+    }
+  }
+}
+
+TEST(Jiterator, RunsOnEveryDeviceFromAnyCurrentDevice) {
+  REQUIRE_DEVICE();
+  if (detail::backend().device_count() < 2) GTEST_SKIP() << "needs two devices";
+  auto f = jt::create_jit_fn("template <typename T> T f(T x) { return x * x; }");
+  Tensor x0 = device_tensor({1, 2, 3}, {3});
+  Tensor x1 = x0.cuda(1);
+  EXPECT_EQ(values(f({x0})), (std::vector<double>{1, 4, 9}));
+  std::vector<double> from_thread;
+  std::thread t([&] {
+    set_device(0);  // the kernel's module belongs to device 1: the launch switches
+    Tensor y = f({x1});
+    EXPECT_EQ(y.device().index, 1);
+    from_thread = values(y);
+  });
+  t.join();
+  EXPECT_EQ(from_thread, (std::vector<double>{1, 4, 9}));
+  EXPECT_EQ(f.num_kernels(), 2u);  // one specialisation per device
+}
