@@ -61,6 +61,7 @@ TSAN_TESTS=(
   test_emulated_backend
   test_graphs
   test_graphs_hooks
+  test_jiterator
   test_memory_fuzz
   test_memory_history
   test_memory_stress
@@ -76,6 +77,8 @@ ASAN_TESTS=(
   test_graphs_annotations
   test_graphs_hooks
   test_graphs_seam
+  test_jiterator
+  test_jiterator_nvrtc
   test_memory_allocator
   test_memory_free_index
   test_memory_fuzz

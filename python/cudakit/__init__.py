@@ -82,6 +82,7 @@ from .graphs import (  # noqa: E402,F401
     make_graphed_callables,
 )
 from . import graph_annotations  # noqa: E402,F401
+from . import jiterator  # noqa: E402,F401  (torch.cuda.jiterator)
 from . import _graph_annotations  # noqa: E402,F401
 # The stream sanitizer (torch.cuda._sanitizer; CUDAKIT_CUDA_SANITIZER / TORCH_CUDA_SANITIZER
 # enable it when libcudakit loads).

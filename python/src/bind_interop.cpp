@@ -11,6 +11,7 @@
 
 #include "args.hpp"
 #include "convert.hpp"
+#include "cudakit/device.hpp"
 #include "cudakit/dlpack.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
@@ -267,6 +268,81 @@ Tensor from_dlpack_obj(py::handle obj) {
     cap = stream.is_none() ? obj.attr("__dlpack__")() : obj.attr("__dlpack__")(py::arg("stream") = stream);
   }
   return consume_capsule(cap);
+}
+
+namespace {
+// numpy typestr ("<f4", "|b1") -> dtype; nullopt for what cudakit has no dtype for.
+std::optional<DType> typestr_dtype(const std::string& t) {
+  if (t.size() < 3 || (t[0] != '<' && t[0] != '|' && t[0] != '=')) return std::nullopt;
+  const std::string k = t.substr(1);
+  static const std::pair<const char*, DType> table[] = {
+      {"b1", DType::bool_},   {"u1", DType::uint8},     {"i1", DType::int8},
+      {"i2", DType::int16},   {"i4", DType::int32},     {"i8", DType::int64},
+      {"f2", DType::float16}, {"f4", DType::float32},   {"f8", DType::float64},
+      {"c8", DType::complex64}, {"c16", DType::complex128}};
+  for (const auto& [name, dt] : table)
+    if (k == name) return dt;
+  return std::nullopt;
+}
+}  // namespace
+
+Tensor from_cuda_array_interface(py::handle obj, Arg a) {
+  py::object cai = obj.attr("__cuda_array_interface__");
+  if (!PyDict_Check(cai.ptr())) throw_type(a, "an object whose __cuda_array_interface__ is a dict", obj);
+  py::dict d = py::reinterpret_borrow<py::dict>(cai);
+  auto field = [&](const char* key) -> py::object {
+    if (!d.contains(key))
+      throw_value(a, std::string("has a __cuda_array_interface__ without '") + key + "'");
+    return d[key];
+  };
+  if (d.contains("mask") && !d["mask"].is_none())
+    throw_value(a, "is a masked array (__cuda_array_interface__ 'mask'), which cudakit cannot view");
+  const std::string typestr = py::str(field("typestr"));
+  const auto dtype = typestr_dtype(typestr);
+  if (!dtype)
+    throw ArgTypeError(where(a) + ": __cuda_array_interface__ typestr '" + typestr +
+                       "' has no cudakit dtype (supported: little-endian b1, u1, i1, i2, i4, i8, "
+                       "f2, f4, f8, c8, c16)");
+  py::object shape_o = field("shape");
+  if (!PyTuple_Check(shape_o.ptr())) throw_value(a, "has a __cuda_array_interface__ 'shape' that is not a tuple");
+  Shape sizes;
+  for (py::handle s : shape_o) sizes.push_back(to_int64(s, a));
+  py::object data = field("data");
+  if (!PyTuple_Check(data.ptr()) || py::len(data) != 2)
+    throw_value(a, "has a __cuda_array_interface__ 'data' that is not a (pointer, read_only) tuple");
+  void* ptr = reinterpret_cast<void*>(to_address(py::reinterpret_borrow<py::tuple>(data)[0], a));
+  const auto esize = static_cast<std::int64_t>(element_size(*dtype));
+  Shape strides;
+  py::object st = d.contains("strides") ? py::object(d["strides"]) : py::object(py::none());
+  if (st.is_none()) {
+    strides = contiguous_strides(sizes);
+  } else {
+    if (!PyTuple_Check(st.ptr()) || py::len(st) != sizes.size())
+      throw_value(a, "has __cuda_array_interface__ 'strides' that do not match its shape");
+    for (py::handle s : st) {
+      const std::int64_t b = to_int64(s, a);
+      if (b % esize) throw_value(a, "has strides that are not a multiple of the element size");
+      strides.push_back(b / esize);
+    }
+  }
+  int device = current_device();
+  if (ptr) {
+    device = device_of_pointer(ptr);
+    if (device < 0) throw_value(a, "has a __cuda_array_interface__ pointer that is not device memory");
+  }
+  // Version 3: the producer's stream, which the consumer must wait for (1: legacy default,
+  // 2: per-thread default, None: the producer synchronised already).
+  if (d.contains("stream") && !d["stream"].is_none()) {
+    const std::uint64_t s = to_uint64(d["stream"], a);
+    if (s == 0) throw_value(a, "has __cuda_array_interface__ stream 0, which the protocol disallows");
+    StreamRef consumer = current_stream(device);
+    StreamRef producer = (s == 1 || s == 2) ? StreamRef::default_for(device)
+                                            : get_stream_from_external(static_cast<std::uintptr_t>(s), device);
+    if (!(producer == consumer)) consumer.wait(producer);
+  }
+  auto* ref = new py::object(py::reinterpret_borrow<py::object>(obj));
+  return from_blob(ptr, sizes, strides, *dtype, Device::cuda(device), false,
+                   [ref] { release_foreign([ref] { delete ref; }); });
 }
 
 }  // namespace cudakit::python

@@ -22,6 +22,10 @@ bool is_numpy_array(py::handle obj);
 Tensor from_numpy(py::handle array, Arg a);
 // torch.from_dlpack: a DLPack capsule or any object with __dlpack__ (zero-copy).
 Tensor from_dlpack_obj(py::handle obj);
+// A device tensor viewing an object's __cuda_array_interface__ (v0-v3; zero-copy; keeps the
+// object alive). Its `stream`, when given, is waited for on the current stream, as the
+// protocol asks of consumers. ArgTypeError / ValueError naming `a` for what cannot be viewed.
+Tensor from_cuda_array_interface(py::handle obj, Arg a);
 
 // Anything array-like as a tensor: a Tensor (as is), a DLPack producer or NumPy array
 // (zero-copy, where it lives), or numbers / nested sequences of numbers (a new tensor with

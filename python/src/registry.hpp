@@ -37,6 +37,7 @@ inline constexpr int tensor = 40;   // dtype, Tensor and its methods
 inline constexpr int interop = 42;  // NumPy / DLPack / CUDA array interface (adds Tensor methods)
 inline constexpr int factories = 44;  // empty, zeros, tensor, asarray, ... (use interop)
 inline constexpr int random = 46;   // Generator, rand/randn/randint
+inline constexpr int jiterator = 48;  // runtime-compiled elementwise functions (use Tensor, interop)
 inline constexpr int graphs = 50;   // CUDA graphs (uses streams, memory pools, Generator)
 }  // namespace order
 

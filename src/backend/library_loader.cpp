@@ -68,6 +68,24 @@ LoadedLibrary load_library(const LibrarySpec& spec,
   return lib;
 }
 
+std::string loaded_library_path(const LibrarySpec& spec) noexcept {
+  try {
+    for (const char* soname : spec.sonames) {
+      // RTLD_NOLOAD: a handle only if already loaded (one more reference, dropped below).
+      void* h = dlopen(soname, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+      if (!h) continue;
+      std::string path = soname;
+      link_map* lm = nullptr;
+      if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) path = lm->l_name;
+      dlclose(h);
+      return path;
+    }
+  } catch (...) {  // allocation failure: report nothing loaded
+  }
+  dlerror();
+  return "";
+}
+
 void throw_library_unavailable(const LoadedLibrary& lib, const char* what) {
   throw NotSupportedError(std::string(what) + ": " + lib.reason());
 }

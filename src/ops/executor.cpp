@@ -75,6 +75,8 @@ OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& s
 template OffsetCalc<1> make_calc<1>(const Shape&, const std::array<const Shape*, 1>&);
 template OffsetCalc<2> make_calc<2>(const Shape&, const std::array<const Shape*, 2>&);
 template OffsetCalc<3> make_calc<3>(const Shape&, const std::array<const Shape*, 3>&);
+// The jiterator's up to 8 outputs + 8 inputs (unused slots repeat an operand).
+template OffsetCalc<16> make_calc<16>(const Shape&, const std::array<const Shape*, 16>&);
 
 template <class D>
 static void put(const Scalar& v, unsigned char out[16]) {

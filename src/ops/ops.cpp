@@ -7,6 +7,7 @@
 #include "ops/blas.hpp"
 #include "kernels/compare_pow.hpp"
 #include "ops/executor.hpp"
+#include "ops/promotion.hpp"
 
 namespace cudakit {
 using namespace ops;
@@ -18,26 +19,6 @@ int category(DType t) {
   if (is_floating_point(t)) return 2;
   return 3;
 }
-DType to_complex(DType t) { return t == DType::float64 ? DType::complex128 : DType::complex64; }
-
-// torch's combine_categories: `higher` is the result of the higher-priority class.
-std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
-  if (!higher) return lower;
-  if (!lower) return higher;
-  if (is_complex(*higher)) return higher;
-  if (is_complex(*lower)) return is_floating_point(*higher) ? to_complex(*higher) : *lower;
-  if (is_floating_point(*higher)) return higher;
-  if (*higher == DType::bool_ || is_floating_point(*lower)) return promote_types(*higher, *lower);
-  return higher;
-}
-
-struct ResultState {
-  std::optional<DType> dim, zero, wrapped;
-  void add(std::optional<DType>& slot, DType t) { slot = slot ? promote_types(*slot, t) : t; }
-  void tensor(const Tensor& t) { add(t.dim() > 0 ? dim : zero, t.dtype()); }
-  void scalar(const Scalar& s) { add(wrapped, s.default_dtype()); }
-  DType result() const { return *combine(dim, combine(zero, wrapped)); }
-};
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   if (!a.defined() || !b.defined()) throw ValueError(std::string(op) + ": undefined tensor operand");
@@ -170,13 +151,13 @@ std::atomic<bool> g_allow_tf32{false};
 }  // namespace
 
 DType result_type(const Tensor& a, const Tensor& b) {
-  ResultState s;
+  ResultType s;
   s.tensor(a);
   s.tensor(b);
   return s.result();
 }
 DType result_type(const Tensor& a, const Scalar& b) {
-  ResultState s;
+  ResultType s;
   s.tensor(a);
   s.scalar(b);
   return s.result();

@@ -3,6 +3,7 @@
 // Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
 // cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
 // cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
+// cuda_runtime_modules.cpp (jiterator modules compiled by NVRTC, nvrtc.cpp),
 // cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML), cuda_math.cpp
 // (cuBLAS / cuSOLVER, capabilities, library report) and cupti_activity.cpp (the tracer's CUPTI
 // activity session). Every run-time-loaded library goes through library_loader.hpp.
@@ -118,6 +119,15 @@ class CudaBackend final : public Backend {
   FunctionHandle module_get_function(ModuleHandle m, const char* name) override;
   void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                      StreamHandle s, void** args) override;
+
+  // ---- runtime-compiled modules (cuda_runtime_modules.cpp, NVRTC in nvrtc.cpp) ----
+  std::string runtime_compiler_id(int device, const std::string& state_dir) override;
+  RuntimeCompileResult compile_runtime_module(int device, const std::string& source,
+                                              const std::string& program) override;
+  ModuleHandle load_runtime_module(int device, const void* image, std::size_t size) override;
+  void launch_runtime_kernel(FunctionHandle f, Dim3 grid, Dim3 block, StreamHandle s,
+                             const void* params, std::size_t bytes,
+                             std::shared_ptr<const void> keep_alive) override;
 
   // ---- math libraries ----
   void gemm(int device, StreamHandle s, GemmArgs args) override;

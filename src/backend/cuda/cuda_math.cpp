@@ -10,6 +10,7 @@
 #include "backend/cuda/cupti.hpp"
 #include "backend/cuda/math_libraries.hpp"
 #include "backend/cuda/nvml_api.hpp"
+#include "backend/cuda/nvrtc.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::detail::cuda {
@@ -48,6 +49,7 @@ std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
     out.push_back(cublas().lib.info());
     out.push_back(cusolver().lib.info());
     out.push_back(cupti().lib.info());  // loads CUPTI: a report is an explicit request
+    out.push_back(nvrtc().lib.info());
   } catch (...) {  // allocation failure while copying strings: report what we have
   }
   return out;

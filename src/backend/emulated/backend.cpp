@@ -1,5 +1,5 @@
-// Emulated backend: factory, identity, capabilities, devices, and the (unsupported) kernel
-// entry points.
+// Emulated backend: factory, identity, capabilities, devices, and the kernel entry points it
+// does not have (PTX / cubin images; runtime-compiled modules are in runtime_modules.cpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -115,16 +115,13 @@ namespace {
 [[noreturn]] void no_kernels(const char* call) {
   throw NotSupportedError(
       std::string(call) +
-      ": kernels from PTX/cubin/NVRTC need the cuda backend; the emulated backend runs only "
-      "built-in ops and host tasks (set CUDAKIT_BACKEND=cuda on a machine with a GPU)");
+      ": kernels from PTX/cubin images need the cuda backend; the emulated backend runs "
+      "built-in ops, host tasks and runtime-compiled modules built by the host C++ compiler "
+      "(set CUDAKIT_BACKEND=cuda on a machine with a GPU)");
 }
 }  // namespace
 
 ModuleHandle EmulatedBackend::module_load_data(int, const void*) { no_kernels("module_load_data"); }
-void EmulatedBackend::module_unload(ModuleHandle) { no_kernels("module_unload"); }
-FunctionHandle EmulatedBackend::module_get_function(ModuleHandle, const char*) {
-  no_kernels("module_get_function");
-}
 void EmulatedBackend::launch_kernel(FunctionHandle, Dim3, Dim3, unsigned, StreamHandle, void**) {
   no_kernels("launch_kernel");
 }

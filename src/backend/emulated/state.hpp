@@ -1,7 +1,8 @@
 // Internal state of the emulated backend: virtual devices backed by host memory, streams
 // executed by host worker threads, events as (stream, sequence number) markers, and stream
 // capture into host-side graphs. Split across files by concern:
-//   backend.cpp   identity, devices, kernels (not supported)
+//   backend.cpp   identity, devices, kernels from images (not supported)
+//   runtime_modules.cpp  runtime-compiled modules (jiterator): host C++ compiler + dlopen
 //   memory.cpp    device/pinned/stream-ordered allocation, pointer→device map, memory IPC
 //   vm.cpp        virtual memory (reserve / create / map) with memfd + mmap
 //   streams.cpp   stream objects, worker threads, legacy default stream, copies
@@ -273,6 +274,13 @@ class EmulatedBackend final : public Backend {
   FunctionHandle module_get_function(ModuleHandle m, const char* name) override;
   void launch_kernel(FunctionHandle f, Dim3 grid, Dim3 block, unsigned shared_bytes,
                      StreamHandle s, void** args) override;
+  std::string runtime_compiler_id(int device, const std::string& state_dir) override;
+  RuntimeCompileResult compile_runtime_module(int device, const std::string& source,
+                                              const std::string& program) override;
+  ModuleHandle load_runtime_module(int device, const void* image, std::size_t size) override;
+  void launch_runtime_kernel(FunctionHandle f, Dim3 grid, Dim3 block, StreamHandle s,
+                             const void* params, std::size_t bytes,
+                             std::shared_ptr<const void> keep_alive) override;
 
   void gemm(int device, StreamHandle s, GemmArgs args) override;
   void* blas_handle(int device) override;
