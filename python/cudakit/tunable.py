@@ -256,7 +256,9 @@ def _with_ordinal(template: str, ordinal) -> str:
     if "%d" in template:
         return template.replace("%d", str(ordinal), 1)
     dot = template.rfind(".")
-    return template[:dot] + str(ordinal) + template[dot:] if dot >= 0 else template + str(ordinal)
+    if dot > template.rfind("/"):
+        return template[:dot] + str(ordinal) + template[dot:]
+    return template + str(ordinal)
 
 
 def _gather_unique_untuned_gemms(filename_pattern: str) -> list[str]:

@@ -106,6 +106,11 @@ const GemmPlan* resolve(int device, cudakit::detail::StreamHandle s, const GemmA
       return &default_plan(device);
     }
     DeviceGuard on(device);
+    std::unique_lock<std::mutex> serial = tuning_lock();
+    if (std::optional<ResultEntry> e = rs.lookup(op, params)) {  // tuned meanwhile by another thread
+      if (GemmPlanPtr p = plan_for(device, g, e->solution)) return keep(key, std::move(p));
+      return &default_plan(device);
+    }
     std::optional<TuneOutcome> best = find_fastest(device, s, g);
     if (!best) {
       cacheable = false;

@@ -139,6 +139,21 @@ void Settings::reload_environment() {
   bump_generation();
 }
 
+void Settings::reset_for_testing() {
+  enabled_ = false;
+  tuning_ = true;
+  record_untuned_ = false;
+  write_on_exit_ = true;
+  max_tuning_ms_ = 30;
+  max_tuning_iters_ = 100;
+  max_warmup_ms_ = 0;
+  max_warmup_iters_ = 0;
+  rotating_mb_ = -1;
+  set_numerical_check(NumericalCheck{});
+  clear_filename();
+  reload_environment();
+}
+
 void Settings::set_enabled(bool v) {
   enabled_.store(v, std::memory_order_relaxed);
   bump_generation();
@@ -196,15 +211,20 @@ bool Settings::filename_was_set() const {
 
 std::string Settings::untuned_filename(int device) const {
   std::string name = env_untuned_filename_.empty() ? "tunableop_untuned.csv" : env_untuned_filename_;
-  // torch inserts before the last '.' only (no "%d" here).
-  const std::size_t dot = name.rfind('.');
+  // torch inserts before the extension only (no "%d" here).
+  const std::size_t slash = name.rfind('/'), dot = name.rfind('.');
   const std::string d = std::to_string(device);
-  if (dot == std::string::npos) return name + d;
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return name + d;
   return name.insert(dot, d);
 }
 
-Settings& settings() {
+Settings& settings_unchecked() noexcept {
   static Settings* s = new Settings();  // leaked: the exit hook may still read it
+  return *s;
+}
+
+Settings& settings() {
+  Settings* s = &settings_unchecked();
   if (!s->env_error().empty()) [[unlikely]] throw ValueError("TunableOp: " + s->env_error());
   return *s;
 }
@@ -213,7 +233,11 @@ std::string insert_ordinal(const std::string& name, int device) {
   const std::string d = std::to_string(device);
   std::string out = name;
   if (const std::size_t at = out.find("%d"); at != std::string::npos) return out.replace(at, 2, d);
-  if (const std::size_t dot = out.rfind('.'); dot != std::string::npos) return out.insert(dot, d);
+  // Before the extension: the last '.' of the file name itself (torch takes the last '.' of
+  // the whole path, which puts the ordinal into a directory name like "run.3/results").
+  const std::size_t slash = out.rfind('/');
+  const std::size_t dot = out.rfind('.');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) return out.insert(dot, d);
   return out + d;
 }
 

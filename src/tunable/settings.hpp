@@ -83,6 +83,8 @@ class Settings {
 
   // Re-reads the environment (tests).
   void reload_environment();
+  // Back to the defaults of a fresh process, environment re-read (tests).
+  void reset_for_testing();
   // The malformed environment variable's message, "" when none.
   const std::string& env_error() const noexcept { return env_error_; }
 
@@ -117,6 +119,8 @@ class Settings {
 // The process's settings, created on first use (reads the environment). Throws ValueError
 // while an environment variable is malformed.
 Settings& settings();
+// The same object without that check (to reload the environment, and in tests).
+Settings& settings_unchecked() noexcept;
 
 // "name" with `device`'s ordinal at "%d", else before the last '.', else appended (torch).
 std::string insert_ordinal(const std::string& name, int device);

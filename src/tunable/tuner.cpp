@@ -253,12 +253,12 @@ std::int64_t rotating_bytes(int device) {
   return static_cast<std::int64_t>(mb) << 20;
 }
 
-std::mutex& tuning_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-
 }  // namespace
+
+std::unique_lock<std::mutex> tuning_lock() {
+  static std::mutex mu;
+  return std::unique_lock<std::mutex>(mu);
+}
 
 std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t elem) {
   if (rows <= 0 || cols <= 0) return 0;
@@ -266,7 +266,6 @@ std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld,
 }
 
 std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmArgs& g) {
-  std::lock_guard<std::mutex> serial(tuning_mutex());
   const std::string sig = op_signature(g) + "(" + params_signature(g) + ")";
   std::vector<GemmPlanPtr> all = candidates(device, g);
   log(2, "finding fastest for " + sig + " out of " + std::to_string(all.size()) + " candidates");

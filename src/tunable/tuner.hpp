@@ -27,6 +27,7 @@
 // Thread-safety: find_fastest may be called from any thread (serialised, see above).
 #pragma once
 
+#include <mutex>
 #include <optional>
 
 #include "backend/backend.hpp"
@@ -43,8 +44,13 @@ struct TuneOutcome {
   int candidates = 0;  // how many were probed
 };
 
-// The fastest candidate for `problem` on `device`, timed on `s` (the device is current). nullopt
-// when there is no memory for the scratch operands (the caller runs Default, unrecorded).
+// Held while tuning (process-wide): the caller takes it, looks the problem up again (another
+// thread may have tuned it meanwhile) and only then calls find_fastest.
+std::unique_lock<std::mutex> tuning_lock();
+
+// The fastest candidate for `problem` on `device`, timed on `s` (the device is current; the
+// caller holds tuning_lock()). nullopt when there is no memory for the scratch operands (the
+// caller runs Default, unrecorded).
 std::optional<TuneOutcome> find_fastest(int device, cudakit::detail::StreamHandle s,
                                         const cudakit::detail::GemmArgs& problem);
 
