@@ -74,12 +74,19 @@ void run_plan(const GemmPlan& plan, int device, cudakit::detail::StreamHandle s,
 }
 
 // Solutions already reported as not runnable here (one warning each).
-void report_unusable(const std::string& solution, const std::string& sig) {
+std::mutex& reported_mutex() {
   static std::mutex mu;
+  return mu;
+}
+std::set<std::string>& reported() {
   static auto* seen = new std::set<std::string>();
+  return *seen;
+}
+
+void report_unusable(const std::string& solution, const std::string& sig) {
   {
-    std::lock_guard<std::mutex> l(mu);
-    if (!seen->insert(solution).second) return;
+    std::lock_guard<std::mutex> l(reported_mutex());
+    if (!reported().insert(solution).second) return;
   }
   warn("recorded solution '" + solution + "' for " + sig +
        " cannot run here (another GPU, library version or operand alignment): Default runs "
@@ -145,6 +152,10 @@ void gemm(int device, cudakit::detail::StreamHandle s, GemmArgs g) {
 }
 
 void reset_dispatch_for_testing() {
+  {
+    std::lock_guard<std::mutex> l(reported_mutex());
+    reported().clear();
+  }
   std::fill(cache(), cache() + kCacheSlots, CacheSlot{});
   settings().bump_generation();
 }
