@@ -67,6 +67,7 @@ TSAN_TESTS=(
   test_memory_threads
   test_nvtx
   test_streams
+  test_tunable
 )
 ASAN_TESTS=(
   test_backend_seam
@@ -90,6 +91,7 @@ ASAN_TESTS=(
   test_tensor_core
   test_tensor_dlpack
   test_tensor_sizes
+  test_tunable
 )
 
 gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
