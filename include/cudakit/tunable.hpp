@@ -138,8 +138,10 @@ bool tune_gemm_line(const std::string& line);
 // C = alpha * op(A) op(B) + beta * C on raw device pointers, column-major (BLAS): op(A) is
 // m x k, op(B) is k x n, C is m x n. transa / transb: 'N' or 'T' (either case). dtype:
 // float16, bfloat16, float32, float64 (float16 / bfloat16 accumulate in float32;
-// allow_tf32 lets float32 use TF32 tensor cores). Ordered on `stream` (its device's
-// memory). Tuned like matmul when TunableOp is enabled, the backend's GEMM otherwise.
+// allow_tf32 lets float32 use TF32 tensor cores). Ordered on `stream`: a, b, c are memory of
+// the stream's device and must stay allocated until the stream has run the product, as with
+// any asynchronous CUDA call. Tuned like matmul when TunableOp is enabled, the backend's GEMM
+// otherwise; tuning never writes c except with the final result.
 void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k,
           double alpha, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           double beta, void* c, std::int64_t ldc, DType dtype, StreamRef stream,

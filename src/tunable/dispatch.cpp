@@ -57,7 +57,7 @@ const GemmPlan* keep(const GemmKey& key, GemmPlanPtr plan) {
   std::string id(reinterpret_cast<const char*>(&key), sizeof key);
   id += plan->name();
   std::lock_guard<std::mutex> l(registry_mutex());
-  auto [it, fresh] = registry().emplace(std::move(id), std::move(plan));
+  auto it = registry().emplace(std::move(id), std::move(plan)).first;  // an earlier one wins
   return it->second.get();
 }
 

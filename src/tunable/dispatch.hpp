@@ -20,7 +20,9 @@ namespace cudakit::tunable::detail {
 
 void gemm(int device, cudakit::detail::StreamHandle s, cudakit::detail::GemmArgs g);
 
-// Test support: drops the calling thread's cache and the plan registry's entries.
+// Test support: empties the calling thread's cache, invalidates every other thread's (the
+// generation moves on) and forgets which unusable solutions were already reported. The plan
+// registry keeps its plans (other threads' caches may still point at them).
 void reset_dispatch_for_testing();
 
 }  // namespace cudakit::tunable::detail

@@ -231,17 +231,20 @@ bool ResultsStore::write_text(const std::string& filename, const std::string& te
       return false;
     }
   }
-  std::lock_guard<std::mutex> fl(file_mu_);
-  if (std::rename(tmp.c_str(), filename.c_str()) != 0) {
+  bool renamed = false;
+  {
+    std::lock_guard<std::mutex> fl(file_mu_);
+    renamed = std::rename(tmp.c_str(), filename.c_str()) == 0;
+    if (renamed && append_name_ == filename) {  // the append stream points at the replaced file
+      append_.close();
+      append_name_.clear();
+    }
+  }
+  if (!renamed) {
     std::remove(tmp.c_str());
     warn("could not write tuning results to '" + filename + "'");
-    return false;
   }
-  if (append_name_ == filename) {  // the append stream points at the replaced file
-    append_.close();
-    append_name_.clear();
-  }
-  return true;
+  return renamed;
 }
 
 bool ResultsStore::write_file(const std::string& filename) {

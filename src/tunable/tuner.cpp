@@ -49,9 +49,10 @@ class Events {
   }
   Events(const Events&) = delete;
   Events& operator=(const Events&) = delete;
-  EventHandle record(StreamHandle s) {
+  // Created ahead of the runs they time: creating one between the last run and its record
+  // would let the GPU idle inside the timed interval.
+  EventHandle make() {
     events_.push_back(backend().event_create(device_, 0));
-    backend().event_record(events_.back(), s);
     return events_.back();
   }
 
@@ -128,13 +129,18 @@ GemmArgs with(const GemmArgs& g, const Operands& o) {
   return a;
 }
 
-// Runs `plan` `times` times, cycling through the sets; its workspace is allocated once.
-void run_times(const GemmPlan& plan, int device, StreamHandle s, const GemmArgs& g,
-               OperandSets& sets, int times) {
-  Allocation ws;
+// The plan's workspace, allocated before anything is timed (a first allocation of a size may
+// reach the driver, and the GPU would idle inside the timed interval meanwhile).
+Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
   if (const std::size_t bytes = plan.workspace_bytes()) {
-    ws = allocate_device(bytes, device, StreamRef::from_handle(s, device));
+    return allocate_device(bytes, device, StreamRef::from_handle(s, device));
   }
+  return Allocation();
+}
+
+// Runs `plan` `times` times, cycling through the sets.
+void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandSets& sets,
+               int times, const Allocation& ws) {
   for (int i = 0; i < times; ++i) plan.run(s, with(g, sets.take()), ws.get());
 }
 
@@ -206,7 +212,7 @@ std::vector<GemmPlanPtr> numerically_checked(int device, StreamHandle s, const G
       be.memcpy_async(scratch.get(), g.c, c_bytes, s);
       OperandSets one;
       one.sets.push_back({g.a, g.b, scratch.get()});
-      run_times(p, device, s, g, one, 1);
+      run_times(p, s, g, one, 1, workspace_for(p, device, s));
       double worst = 0;
       if (!allclose(to_host(scratch.get(), c_bytes, s), reference, g, tol, worst)) {
         log(3, "numerical check failed for " + p.name() + " (error " + std::to_string(worst) +
@@ -296,10 +302,13 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   for (GemmPlanPtr& p : all) {
     Probe pr{p};
     try {
-      run_times(*p, device, s, g, sets, 1);
-      pr.start = events.record(s);
-      run_times(*p, device, s, g, sets, kProbeIterations);
-      pr.end = events.record(s);
+      const Allocation ws = workspace_for(*p, device, s);
+      pr.start = events.make();
+      pr.end = events.make();
+      run_times(*p, s, g, sets, 1, ws);  // warm-up; a failure at launch drops the candidate
+      backend().event_record(pr.start, s);
+      run_times(*p, s, g, sets, kProbeIterations, ws);
+      backend().event_record(pr.end, s);
       probes.push_back(std::move(pr));
     } catch (const Error& e) {
       if (p->name() == kDefaultSolution) throw;  // the backend's own GEMM fails: report it
@@ -317,6 +326,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   // Finals (tuner.hpp, step 4).
   struct Finalist {
     GemmPlanPtr plan;
+    Allocation workspace;
     int iterations = 0, timed = 0;
     double ms = 0;
     std::vector<std::pair<EventHandle, EventHandle>> rounds;
@@ -328,18 +338,22 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     if (pr.ms > best_probe * kFinalistRatio && !finals.empty()) break;
     Finalist f;
     f.plan = pr.plan;
+    f.workspace = workspace_for(*pr.plan, device, s);
     f.iterations = tuning_iterations(pr.ms);
+    if (const int w = warmup_iterations(pr.ms)) run_times(*f.plan, s, g, sets, w, f.workspace);
     finals.push_back(std::move(f));
-    if (const int w = warmup_iterations(pr.ms)) run_times(*pr.plan, device, s, g, sets, w);
   }
   constexpr int kRounds = 2;
+  for (Finalist& f : finals) {
+    for (int r = 0; r < kRounds; ++r) f.rounds.emplace_back(events.make(), events.make());
+  }
   for (int r = 0; r < kRounds; ++r) {
     for (Finalist& f : finals) {
       const int share = f.iterations / kRounds + (r == kRounds - 1 ? f.iterations % kRounds : 0);
-      if (share == 0) continue;
-      EventHandle start = events.record(s);
-      run_times(*f.plan, device, s, g, sets, share);
-      f.rounds.emplace_back(start, events.record(s));
+      auto [start, end] = f.rounds[static_cast<std::size_t>(r)];
+      backend().event_record(start, s);
+      run_times(*f.plan, s, g, sets, share, f.workspace);
+      backend().event_record(end, s);
       f.timed += share;
     }
   }

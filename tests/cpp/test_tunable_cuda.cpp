@@ -169,6 +169,11 @@ TEST_F(TunableCuda, EveryCandidateComputesTheProduct) {
       GemmPlanPtr again = cuda().gemm_plan(0, p.args(p.c), plan->name());
       ASSERT_TRUE(again) << plan->name();
       EXPECT_EQ(again->workspace_bytes(), plan->workspace_bytes()) << plan->name();
+      ws = again->workspace_bytes() ? cuda().mem_alloc(0, again->workspace_bytes()) : nullptr;
+      cuda().memset_d8_async(p.c, 0xff, p.c_bytes, nullptr);
+      again->run(nullptr, p.args(p.c), ws);
+      EXPECT_LT(max_rel_diff(p.read(p.c), ref), 2e-2) << "rebuilt from its name: " << plan->name();
+      if (ws) cuda().mem_free(0, ws);
     }
     if (n == 16) EXPECT_GT(split, 0) << "no split-K candidate for the skinny shape";
   }
