@@ -70,6 +70,7 @@ TSAN_TESTS=(
   test_profiler_trace
   test_sanitizer
   test_streams
+  test_tunable
 )
 ASAN_TESTS=(
   test_backend_seam
@@ -97,6 +98,7 @@ ASAN_TESTS=(
   test_tensor_core
   test_tensor_dlpack
   test_tensor_sizes
+  test_tunable
 )
 
 gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }

@@ -73,6 +73,7 @@ from .random import (  # noqa: E402,F401
     seed_all, set_rng_state, set_rng_state_all,
 )
 from . import nvtx, profiler  # noqa: E402,F401  (cudakit.nvtx.*, cudakit.profiler.*, as torch.cuda)
+from . import tunable  # noqa: E402,F401  (cudakit.tunable.*, as torch.cuda.tunable)
 # Arrays and built-in ops (dtype names such as cudakit.float32 / cudakit.bool, as torch).
 from .tensor import *  # noqa: E402,F401,F403
 # CUDA graphs (torch.cuda re-exports these names from torch.cuda.graphs).

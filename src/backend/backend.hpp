@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/activity.hpp"
@@ -133,11 +134,41 @@ struct GemmArgs {
   void* c = nullptr;
   int ldc = 0;
   bool allow_tf32 = false;
+  // C = alpha * op(A) op(B) + beta * C (BLAS). matmul uses 1 and 0; beta != 0 reads C.
+  double alpha = 1.0, beta = 0.0;
   // Owner of the operands' memory, released once the product has run. Backends that run
   // the product as a host task keep it until then; the cuda backend drops it at once (the
   // caching allocator already orders reuse of the memory on the stream).
   std::shared_ptr<const void> keep_alive;
 };
+
+// ---- GEMM tuning (TunableOp, src/tunable) ----
+// One way to compute one GEMM problem other than Backend::gemm itself ("Default"): a cuBLASLt
+// algorithm configuration on cuda, a CPU loop on emulated. A plan is bound to a problem: the
+// shape, type, transposes, leading dimensions, allow_tf32 and the alignment of the pointers of
+// the GemmArgs it was made for; run() takes any GemmArgs of that problem (other pointers with at
+// least the planned alignment, any alpha / beta). Plans are immutable, so one plan may run
+// from several threads at once; they hold no device memory (the caller passes the workspace).
+class GemmPlan {
+ public:
+  virtual ~GemmPlan() = default;
+  // The solution name results files record ("Gemm_Cublaslt_id_...", "Default", ...).
+  virtual const std::string& name() const noexcept = 0;
+  // Device memory one run needs, passed to run() (stream-ordered on the run's stream).
+  virtual std::size_t workspace_bytes() const noexcept = 0;
+  // Enqueues the product on `s` (the caller has made the plan's device current). Throws
+  // AcceleratorError / Error when the library refuses.
+  virtual void run(StreamHandle s, const GemmArgs& args, void* workspace) const = 0;
+};
+using GemmPlanPtr = std::shared_ptr<const GemmPlan>;
+
+// The largest power of two (at most 256) dividing `p`: the alignment a plan is made for.
+inline unsigned pointer_alignment(const void* p) noexcept {
+  const auto v = reinterpret_cast<std::uintptr_t>(p);
+  if (v == 0) return 256;
+  const std::uintptr_t low = v & (~v + 1);
+  return low >= 256 ? 256u : static_cast<unsigned>(low);
+}
 
 class Backend {
  public:
@@ -293,6 +324,27 @@ class Backend {
   virtual void* blas_handle(int device) = 0;
   // The calling thread's dense solver handle for `device` (cusolverDnHandle_t), bound to `s`.
   virtual void* solver_handle(int device, StreamHandle s) = 0;
+
+  // ---- GEMM tuning (src/tunable; defaults: nothing to tune) ----
+  // The implementations worth timing for `problem` on `device`, besides gemm() itself (cuda:
+  // the cuBLASLt heuristic's algorithms for several workspace limits and split-K variants of
+  // them; emulated: blocked CPU loops). Each plan's name() is unique in the list. Empty when
+  // the backend has none or its library is missing (optional_libraries() says why).
+  virtual std::vector<GemmPlanPtr> gemm_candidates(int device, const GemmArgs& problem) {
+    return {};
+  }
+  // The plan that `name` (a solution read from a results file) denotes for `problem`, or
+  // nullptr when the name is not one of this backend's or cannot run this problem here
+  // (another library version or GPU, too little alignment). Never throws for a bad name.
+  virtual GemmPlanPtr gemm_plan(int device, const GemmArgs& problem, const std::string& name) {
+    return nullptr;
+  }
+  // What tuned choices on `device` depend on, for the results file's Validator lines: (key,
+  // value) pairs such as ("CUBLASLT_VERSION", "130200"). Never throws.
+  virtual std::vector<std::pair<std::string, std::string>> gemm_tuning_validators(
+      int device) noexcept {
+    return {};
+  }
 
   // ---- stream capture and graphs ----
   virtual void stream_begin_capture(StreamHandle s, CaptureMode mode) = 0;

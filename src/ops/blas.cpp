@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cudakit/error.hpp"
+#include "tunable/dispatch.hpp"
 
 namespace cudakit {
 
@@ -48,7 +49,9 @@ void ops::blas_gemm(int device, detail::StreamHandle s, const Tensor& a0, const 
   // The operands (including contiguous copies made above) live until the product ran.
   g.keep_alive = std::make_shared<const std::array<std::shared_ptr<Storage>, 3>>(
       std::array<std::shared_ptr<Storage>, 3>{a.storage(), b.storage(), out.storage()});
-  detail::backend().gemm(device, s, std::move(g));
+  // TunableOp hook: the backend's GEMM, or the tuned solution when TunableOp is enabled
+  // (src/tunable/dispatch.hpp; one relaxed atomic load when it is not).
+  tunable::detail::gemm(device, s, std::move(g));
 }
 
 }  // namespace cudakit

@@ -319,7 +319,7 @@ TEST(BackendSeam, OptionalLibrariesReportEachOneFoundOrWhyNot) {
     }
   }
   if (B().capabilities().vendor_math_handles) {
-    for (const char* expected : {"CUDA driver", "NVML", "cuBLAS", "cuSOLVER"})
+    for (const char* expected : {"CUDA driver", "NVML", "cuBLAS", "cuSOLVER", "cuBLASLt"})
       EXPECT_TRUE(names.count(expected)) << expected;
   } else {
     // The emulated backend's matmul library (CBLAS / OpenBLAS), found or explained.

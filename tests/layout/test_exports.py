@@ -35,7 +35,8 @@ INTERNAL_EXPORTS = {
 }
 # Nested namespaces of the public API (symbols in them are public).
 PUBLIC_NAMESPACES = ("cudakit::dlpack::", "cudakit::graph_annotations::", "cudakit::jiterator::",
-                     "cudakit::nvtx::", "cudakit::profiler::", "cudakit::sanitizer::")
+                     "cudakit::nvtx::", "cudakit::profiler::", "cudakit::sanitizer::",
+                     "cudakit::tunable::")
 PLUGIN_C_ABI = {"cudakit_malloc", "cudakit_free", "cudakit_record_stream", "cudakit_last_error"}
 
 pytestmark = pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")

@@ -133,6 +133,10 @@ class CudaBackend final : public Backend {
   void gemm(int device, StreamHandle s, GemmArgs args) override;
   void* blas_handle(int device) override;
   void* solver_handle(int device, StreamHandle s) override;
+  std::vector<GemmPlanPtr> gemm_candidates(int device, const GemmArgs& problem) override;
+  GemmPlanPtr gemm_plan(int device, const GemmArgs& problem, const std::string& name) override;
+  std::vector<std::pair<std::string, std::string>> gemm_tuning_validators(
+      int device) noexcept override;
 
   // ---- capture and graphs ----
   void stream_begin_capture(StreamHandle s, CaptureMode mode) override;

@@ -1,5 +1,6 @@
 // CudaBackend: capabilities, the optional-library report, and the math libraries (cuBLAS
-// GEMM, cuBLAS / cuSOLVER handles).
+// GEMM, cuBLAS / cuSOLVER handles). cuBLASLt (the GEMM tuner's candidates) is in
+// cuda_gemm_tuning.cpp.
 //
 // Handles are per (thread, device), created on first use in the device's primary context and
 // never destroyed: destroying them at thread or process exit would call into the driver
@@ -8,6 +9,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cupti.hpp"
+#include "backend/cuda/cublaslt.hpp"
 #include "backend/cuda/math_libraries.hpp"
 #include "backend/cuda/nvml_api.hpp"
 #include "backend/cuda/nvrtc.hpp"
@@ -50,6 +52,7 @@ std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
     out.push_back(cusolver().lib.info());
     out.push_back(cupti().lib.info());  // loads CUPTI: a report is an explicit request
     out.push_back(nvrtc().lib.info());
+    out.push_back(cublaslt().lib.info());
   } catch (...) {  // allocation failure while copying strings: report what we have
   }
   return out;
@@ -85,8 +88,8 @@ void* CudaBackend::solver_handle(int device, StreamHandle s) {
 void CudaBackend::gemm(int device, StreamHandle s, GemmArgs g) {
   g.keep_alive.reset();  // the caching allocator orders reuse of the operands on `s`
   int type = kCudaR32F, compute = kCublasCompute32F;
-  float alpha_f = 1.f, beta_f = 0.f;
-  double alpha_d = 1.0, beta_d = 0.0;
+  float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
+  double alpha_d = g.alpha, beta_d = g.beta;
   const void* alpha = &alpha_f;
   const void* beta = &beta_f;
   switch (g.type) {

@@ -22,6 +22,7 @@
 #include <cblas.h>
 #endif
 
+#include "backend/emulated/gemm_host.hpp"
 #include "backend/emulated/state.hpp"
 #include "cudakit/error.hpp"
 #include "kernels/numeric.hpp"
@@ -32,93 +33,89 @@ namespace {
 using ops::BFloat16;
 using ops::Half;
 
-float to_tf32(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u) return f;  // inf / nan unchanged
-  u = (u + 0x1000u) & ~0x1fffu;                    // keep 10 mantissa bits, ties away
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// A stored column-major matrix: `rows` x `cols` with leading dimension `ld`.
-struct Stored {
-  const void* p;
-  int rows, cols, ld;
-};
-Stored stored_a(const GemmArgs& g) {
-  return {g.a, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda};
-}
-Stored stored_b(const GemmArgs& g) {
-  return {g.b, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb};
-}
-
-// Dense float32 copy of a stored matrix (leading dimension = rows), converting or rounding.
-template <class T, class Convert>
-std::vector<float> widen(const Stored& s, Convert convert) {
-  std::vector<float> out(static_cast<std::size_t>(s.rows) * s.cols);
-  const T* src = static_cast<const T*>(s.p);
-  for (int c = 0; c < s.cols; ++c)
-    for (int r = 0; r < s.rows; ++r)
-      out[static_cast<std::size_t>(c) * s.rows + r] =
-          convert(src[static_cast<std::size_t>(c) * s.ld + r]);
-  return out;
-}
-
-std::vector<float> widen_any(const GemmArgs& g, const Stored& s) {
-  switch (g.type) {
-    case GemmType::float16: return widen<Half>(s, [](Half h) { return h.to_float(); });
-    case GemmType::bfloat16: return widen<BFloat16>(s, [](BFloat16 h) { return h.to_float(); });
-    default: return widen<float>(s, [](float f) { return to_tf32(f); });
-  }
-}
-
-// C[m x n] (column-major, ldc) = op(A) op(B) for T in {float, double}.
+// C[m x n] (column-major, ldc) = alpha op(A) op(B) + beta C for T in {float, double}.
 template <class T>
-void gemm_typed(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb,
-                T* c, int ldc) {
+void gemm_typed(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
+                int ldb, T beta, T* c, int ldc) {
 #if defined(CUDAKIT_HAVE_CBLAS)
   const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasColMajor, opa, opb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    cblas_sgemm(CblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else {
-    cblas_dgemm(CblasColMajor, opa, opb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+    cblas_dgemm(CblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 #else
   auto at = [&](int i, int p) { return ta ? a[static_cast<std::size_t>(i) * lda + p]
                                           : a[static_cast<std::size_t>(p) * lda + i]; };
   auto bt = [&](int p, int j) { return tb ? b[static_cast<std::size_t>(p) * ldb + j]
                                           : b[static_cast<std::size_t>(j) * ldb + p]; };
+  std::vector<T> acc(static_cast<std::size_t>(m));
   for (int j = 0; j < n; ++j) {
     T* col = c + static_cast<std::size_t>(j) * ldc;
-    for (int i = 0; i < m; ++i) col[i] = T(0);
+    std::fill(acc.begin(), acc.end(), T(0));
     for (int p = 0; p < k; ++p) {
       const T bv = bt(p, j);
-      for (int i = 0; i < m; ++i) col[i] += at(i, p) * bv;
+      for (int i = 0; i < m; ++i) acc[static_cast<std::size_t>(i)] += at(i, p) * bv;
     }
+    // BLAS: beta == 0 never reads C (it may hold NaN).
+    for (int i = 0; i < m; ++i)
+      col[i] = alpha * acc[static_cast<std::size_t>(i)] + (beta == T(0) ? T(0) : beta * col[i]);
   }
 #endif
 }
 
+// C = beta * C for an empty product (k == 0); beta == 0 writes zeros without reading C.
+void scale_c(const GemmArgs& g) {
+  for (int j = 0; j < g.n; ++j) {
+    const std::size_t col = static_cast<std::size_t>(j) * g.ldc;
+    for (int i = 0; i < g.m; ++i) {
+      const std::size_t at = col + static_cast<std::size_t>(i);
+      switch (g.type) {
+        case GemmType::float64: {
+          double& v = static_cast<double*>(g.c)[at];
+          v = g.beta == 0 ? 0.0 : g.beta * v;
+          break;
+        }
+        case GemmType::float32: {
+          float& v = static_cast<float*>(g.c)[at];
+          v = g.beta == 0 ? 0.f : static_cast<float>(g.beta * v);
+          break;
+        }
+        case GemmType::float16: {
+          Half& v = static_cast<Half*>(g.c)[at];
+          v = Half::from_float(g.beta == 0 ? 0.f : static_cast<float>(g.beta * v.to_float()));
+          break;
+        }
+        case GemmType::bfloat16: {
+          BFloat16& v = static_cast<BFloat16*>(g.c)[at];
+          v = BFloat16::from_float(g.beta == 0 ? 0.f
+                                               : static_cast<float>(g.beta * v.to_float()));
+          break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void run_gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0) {  // an empty sum: C = 0 (BLAS with beta = 0)
-    const std::size_t elem = g.type == GemmType::float64 ? 8 : g.type == GemmType::float32 ? 4 : 2;
-    for (int j = 0; j < g.n; ++j)
-      std::memset(static_cast<char*>(g.c) + static_cast<std::size_t>(j) * g.ldc * elem, 0,
-                  static_cast<std::size_t>(g.m) * elem);
+  if (g.k == 0) {  // an empty sum: C = beta C (BLAS)
+    scale_c(g);
     return;
   }
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   if (g.type == GemmType::float64) {
-    gemm_typed<double>(g.transpose_a, g.transpose_b, g.m, g.n, g.k,
+    gemm_typed<double>(g.transpose_a, g.transpose_b, g.m, g.n, g.k, g.alpha,
                        static_cast<const double*>(g.a), g.lda, static_cast<const double*>(g.b),
-                       g.ldb, static_cast<double*>(g.c), g.ldc);
+                       g.ldb, g.beta, static_cast<double*>(g.c), g.ldc);
     return;
   }
   if (g.type == GemmType::float32 && !g.allow_tf32) {
-    gemm_typed<float>(g.transpose_a, g.transpose_b, g.m, g.n, g.k,
+    gemm_typed<float>(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha,
                       static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b),
-                      g.ldb, static_cast<float*>(g.c), g.ldc);
+                      g.ldb, beta, static_cast<float*>(g.c), g.ldc);
     return;
   }
   // Widened / TF32-rounded copies; their leading dimension is the stored row count.
@@ -126,21 +123,31 @@ void run_gemm(const GemmArgs& g) {
   std::vector<float> a = widen_any(g, sa), b = widen_any(g, sb);
   const int lda = std::max(1, sa.rows), ldb = std::max(1, sb.rows);
   if (g.type == GemmType::float32) {
-    gemm_typed<float>(g.transpose_a, g.transpose_b, g.m, g.n, g.k, a.data(), lda, b.data(), ldb,
-                      static_cast<float*>(g.c), g.ldc);
+    gemm_typed<float>(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha, a.data(), lda,
+                      b.data(), ldb, beta, static_cast<float*>(g.c), g.ldc);
     return;
   }
+  // float16 / bfloat16: float32 accumulation and scaling (cuBLAS's compute type), rounded once.
   std::vector<float> c(static_cast<std::size_t>(g.m) * g.n);
-  gemm_typed<float>(g.transpose_a, g.transpose_b, g.m, g.n, g.k, a.data(), lda, b.data(), ldb,
-                    c.data(), g.m);
+  gemm_typed<float>(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha, a.data(), lda, b.data(),
+                    ldb, 0.f, c.data(), g.m);
   for (int j = 0; j < g.n; ++j)
     for (int i = 0; i < g.m; ++i) {
-      const float v = c[static_cast<std::size_t>(j) * g.m + i];
+      float v = c[static_cast<std::size_t>(j) * g.m + i];
       const std::size_t at = static_cast<std::size_t>(j) * g.ldc + i;
-      if (g.type == GemmType::float16) static_cast<Half*>(g.c)[at] = Half::from_float(v);
-      else static_cast<BFloat16*>(g.c)[at] = BFloat16::from_float(v);
+      if (g.type == GemmType::float16) {
+        Half& out = static_cast<Half*>(g.c)[at];
+        if (beta != 0.f) v += beta * out.to_float();
+        out = Half::from_float(v);
+      } else {
+        BFloat16& out = static_cast<BFloat16*>(g.c)[at];
+        if (beta != 0.f) v += beta * out.to_float();
+        out = BFloat16::from_float(v);
+      }
     }
 }
+
+namespace {
 
 [[noreturn]] void no_vendor_library(const char* call, const char* library) {
   throw NotSupportedError(std::string(call) + ": " + library +

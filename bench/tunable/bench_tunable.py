@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""TunableOp side by side: cudakit.tunable against torch.cuda.tunable on the same GPU.
+
+Usage (GPU machine):
+  PYTHONPATH=<build>/python python3 bench/tunable/bench_tunable.py [--budget-ms 100]
+      [--shapes 16x4096x4096,1024x4096x4096] [--dtype bfloat16] [--json out.json]
+
+For each product out[M, N] = a[M, K] @ b[K, N] (shapes are MxNxK; issue 11's set by default)
+both libraries start from an empty results file with the same budget (set_max_tuning_duration
+= --budget-ms per candidate, 100 iterations at most, as the issue's torch measurement). Columns:
+  tune ms      wall time of the first call (tuning + the product), minus one steady-state call
+  us cold      steady state, operands rotating over enough copies that L2 (50 MB) cannot hold
+               them (what a product in a model sees; the bandwidth bound of the skinny shape)
+  us hot       steady state on the same operands every call (what many microbenchmarks report)
+  solution     what each library recorded for the problem
+Goals (issue 11): cudakit >= 1.0x torch on every shape, >= 1.3x on 16x4096x4096, and tuning
+no slower than torch's. torch columns are skipped when torch is absent.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+DEFAULT_SHAPES = "16x4096x4096,1024x4096x4096,4096x4096x4096,4096x14336x4096,8192x8192x8192"
+L2_BYTES = 50 << 20
+
+
+def steady(lib, fn, sets, min_ms=200.0, reps=5):
+    """Median seconds per call over `reps` batches; call i uses operand set i % sets."""
+    for i in range(sets):
+        fn(i)
+    lib.synchronize()
+    # Size a batch to about min_ms / reps.
+    start, end = lib.Event(enable_timing=True), lib.Event(enable_timing=True)
+    start.record()
+    for i in range(10):
+        fn(i % sets)
+    end.record()
+    end.synchronize()
+    per = max(start.elapsed_time(end) / 10, 1e-4)
+    iters = max(10, int(min_ms / reps / per))
+    times = []
+    for _ in range(reps):
+        start, end = lib.Event(enable_timing=True), lib.Event(enable_timing=True)
+        start.record()
+        for i in range(iters):
+            fn(i % sets)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / iters / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def run_library(name, lib, tunable, shape, dtype, budget_ms, results_dir):
+    m, n, k = shape
+    tunable.tuning_enable(True)
+    tunable.record_untuned_enable(False)
+    tunable.set_max_tuning_duration(budget_ms)
+    tunable.set_max_tuning_iterations(100)
+    tunable.set_filename(os.path.join(results_dir, f"{name}_{m}x{n}x{k}.csv"))
+    bytes_per_set = (m * k + k * n + m * n) * 2
+    sets = max(2, -(-3 * L2_BYTES // bytes_per_set))
+    a = [lib.randn(m, k, device="cuda").to(dtype) for _ in range(min(sets, 8))]
+    b = [lib.randn(k, n, device="cuda").to(dtype) for _ in range(sets)]
+    # Warm-up with TunableOp off: library handles and allocator pools exist before timing.
+    tunable.enable(False)
+    a[0] @ b[0]
+    lib.synchronize()
+    tunable.enable(True)
+    before = {tuple(r[:2]) for r in tunable.get_results()}
+    t0 = time.perf_counter()
+    a[0] @ b[0]
+    lib.synchronize()
+    first = time.perf_counter() - t0
+    cold = steady(lib, lambda i: a[i % len(a)] @ b[i], sets)
+    hot = steady(lib, lambda i: a[0] @ b[0], 1)
+    new = [r for r in tunable.get_results() if tuple(r[:2]) not in before]
+    solution = new[0][2] if new else "?"
+    tunable.enable(False)
+    return {"tune_ms": (first - hot) * 1e3, "cold_us": cold * 1e6, "hot_us": hot * 1e6,
+            "solution": solution}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--budget-ms", type=int, default=100)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+
+    import cudakit
+    import cudakit.tunable
+    try:
+        import torch
+        have_torch = torch.cuda.is_available()
+    except ImportError:
+        have_torch = False
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for shape in shapes:
+            row = {"shape": "x".join(map(str, shape))}
+            row["cudakit"] = run_library("cudakit", cudakit, cudakit.tunable, shape, args.dtype,
+                                         args.budget_ms, d)
+            if have_torch:
+                row["torch"] = run_library("torch", _TorchLib(torch),
+                                           torch.cuda.tunable, shape, getattr(torch, args.dtype),
+                                           args.budget_ms, d)
+            rows.append(row)
+            print_row(row, have_torch)
+            sys.stdout.flush()
+    print()
+    print_table(rows, have_torch, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+class _TorchLib:
+    """torch under the names run_library uses (cudakit spells them as torch.cuda does)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.Event = torch.cuda.Event
+        self.synchronize = torch.cuda.synchronize
+
+    def randn(self, *shape, device):
+        return self.torch.randn(*shape, device=device)
+
+
+def print_row(row, have_torch):
+    c = row["cudakit"]
+    line = f"{row['shape']}: cudakit {c['cold_us']:.1f} us cold / {c['hot_us']:.1f} hot, tuned in {c['tune_ms']:.0f} ms ({c['solution']})"
+    if have_torch:
+        t = row["torch"]
+        line += f"; torch {t['cold_us']:.1f} / {t['hot_us']:.1f}, tuned in {t['tune_ms']:.0f} ms ({t['solution']})"
+    print(line)
+
+
+def print_table(rows, have_torch, args):
+    print(f"TunableOp, {args.dtype}, budget {args.budget_ms} ms per candidate")
+    if have_torch:
+        print("| M x N x K | torch us (cold) | cudakit us (cold) | speedup | torch us (hot) | cudakit us (hot) | speedup | torch tune ms | cudakit tune ms | cudakit solution |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            t, c = r["torch"], r["cudakit"]
+            print(f"| {r['shape']} | {t['cold_us']:.1f} | {c['cold_us']:.1f} | {t['cold_us'] / c['cold_us']:.2f}x "
+                  f"| {t['hot_us']:.1f} | {c['hot_us']:.1f} | {t['hot_us'] / c['hot_us']:.2f}x "
+                  f"| {t['tune_ms']:.0f} | {c['tune_ms']:.0f} | {c['solution']} |")
+    else:
+        print("| M x N x K | cudakit us (cold) | cudakit us (hot) | cudakit tune ms | solution |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            c = r["cudakit"]
+            print(f"| {r['shape']} | {c['cold_us']:.1f} | {c['hot_us']:.1f} | {c['tune_ms']:.0f} | {c['solution']} |")
+
+
+if __name__ == "__main__":
+    main()

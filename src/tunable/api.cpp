@@ -1,0 +1,197 @@
+// include/cudakit/tunable.hpp: the public functions (argument checks, then the settings, the
+// results store or the dispatcher).
+#include <climits>
+#include <cmath>
+
+#include "cudakit/device.hpp"
+#include "cudakit/error.hpp"
+#include "cudakit/tunable.hpp"
+#include "tunable/dispatch.hpp"
+#include "tunable/results.hpp"
+#include "tunable/settings.hpp"
+
+namespace cudakit::tunable {
+namespace {
+
+using detail::settings;
+using detail::store;
+
+int non_negative(const char* fn, const char* arg, int value, const char* meaning) {
+  if (value < 0) {
+    throw ValueError(std::string(fn) + "(): argument '" + arg + "' must be >= 0 (" + meaning +
+                     "), got " + std::to_string(value));
+  }
+  return value;
+}
+
+}  // namespace
+
+void enable(bool value) { settings().set_enabled(value); }
+bool is_enabled() { return settings().enabled(); }
+void tuning_enable(bool value) { settings().set_tuning(value); }
+bool tuning_is_enabled() { return settings().tuning(); }
+void record_untuned_enable(bool value) { settings().set_record_untuned(value); }
+bool record_untuned_is_enabled() { return settings().record_untuned(); }
+
+void set_max_tuning_duration(int milliseconds) {
+  settings().set_max_tuning_ms(non_negative("set_max_tuning_duration", "duration", milliseconds,
+                                            "milliseconds per candidate; 0: no time bound"));
+}
+int get_max_tuning_duration() { return settings().max_tuning_ms(); }
+void set_max_tuning_iterations(int iterations) {
+  settings().set_max_tuning_iterations(non_negative("set_max_tuning_iterations", "iterations",
+                                                    iterations, "0: no iteration bound"));
+}
+int get_max_tuning_iterations() { return settings().max_tuning_iterations(); }
+void set_max_warmup_duration(int milliseconds) {
+  settings().set_max_warmup_ms(non_negative("set_max_warmup_duration", "duration", milliseconds,
+                                            "milliseconds; 0: no time bound"));
+}
+int get_max_warmup_duration() { return settings().max_warmup_ms(); }
+void set_max_warmup_iterations(int iterations) {
+  settings().set_max_warmup_iterations(non_negative("set_max_warmup_iterations", "iterations",
+                                                    iterations, "0: no warm-up runs"));
+}
+int get_max_warmup_iterations() { return settings().max_warmup_iterations(); }
+
+void set_filename(const std::string& filename, bool insert_device_ordinal) {
+  if (filename.find_first_of("\n\r") != std::string::npos || filename.find('\0') != std::string::npos) {
+    throw ValueError("set_filename(): argument 'filename' must be a file name without line "
+                     "breaks or NUL characters, got '" + filename + "'");
+  }
+  settings().set_filename(filename, insert_device_ordinal,
+                          insert_device_ordinal ? detail::current_device_or_zero() : 0);
+  settings().bump_generation();
+}
+std::string get_filename() { return settings().filename(); }
+
+std::vector<Result> get_results() {
+  store().ensure_initialized();
+  return store().results();
+}
+
+std::vector<std::pair<std::string, std::string>> get_validators() {
+  store().ensure_initialized();
+  const detail::ValidatorMap v = store().validators();
+  return {v.begin(), v.end()};
+}
+
+bool read_file(const std::string& filename) {
+  store().ensure_initialized();
+  const std::string name = filename.empty() ? settings().filename() : filename;
+  if (name.empty()) return false;
+  return store().read_file(name, true);
+}
+
+bool write_file(const std::string& filename) {
+  store().ensure_initialized();
+  const std::string name = filename.empty() ? settings().filename() : filename;
+  if (name.empty()) return false;
+  return store().write_file(name);
+}
+
+bool write_file_for_torch(const std::string& filename, const std::string& torch_version) {
+  if (filename.empty()) {
+    throw ValueError("write_file_for_torch(): argument 'filename' must name a file, got ''");
+  }
+  if (torch_version.empty() || torch_version.find_first_of(",\n\r") != std::string::npos) {
+    throw ValueError("write_file_for_torch(): argument 'torch_version' must be torch.__version__ "
+                     "of the torch that reads the file (e.g. '2.11.0+cu130'), got '" +
+                     torch_version + "'");
+  }
+  store().ensure_initialized();
+  return store().write_file_for_torch(filename, torch_version);
+}
+
+void write_file_on_exit(bool value) { settings().set_write_on_exit(value); }
+
+void set_rotating_buffer_size(int megabytes) { settings().set_rotating_mb(megabytes); }
+
+std::int64_t get_rotating_buffer_size() {
+  const int mb = settings().rotating_mb();
+  if (mb == 0) return 0;
+  if (mb > 0) return static_cast<std::int64_t>(mb) << 20;
+  return get_device_properties(detail::current_device_or_zero()).L2_cache_size;
+}
+
+void set_numerical_check_tolerances(bool enable, double atol, double rtol) {
+  for (auto [name, v] : {std::pair<const char*, double>{"atol", atol}, {"rtol", rtol}}) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      throw ValueError(std::string("set_numerical_check_tolerances(): argument '") + name +
+                       "' must be a positive finite number, got " + std::to_string(v));
+    }
+  }
+  settings().set_numerical_check(NumericalCheck{enable, atol, rtol});
+  settings().bump_generation();
+}
+
+NumericalCheck numerical_check() { return settings().numerical_check(); }
+
+void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const void* a, std::int64_t lda, const void* b, std::int64_t ldb, double beta, void* c,
+          std::int64_t ldc, DType dtype, StreamRef stream, bool allow_tf32) {
+  auto trans = [](char t, const char* arg) {
+    if (t == 'n' || t == 'N') return false;
+    if (t == 't' || t == 'T') return true;
+    throw ValueError(std::string("tunable::gemm(): argument '") + arg +
+                     "' must be 'N' or 'T' (either case), got '" + std::string(1, t) + "'");
+  };
+  cudakit::detail::GemmArgs g;
+  g.transpose_a = trans(transa, "transa");
+  g.transpose_b = trans(transb, "transb");
+  switch (dtype) {
+    case DType::float16: g.type = cudakit::detail::GemmType::float16; break;
+    case DType::bfloat16: g.type = cudakit::detail::GemmType::bfloat16; break;
+    case DType::float32: g.type = cudakit::detail::GemmType::float32; break;
+    case DType::float64: g.type = cudakit::detail::GemmType::float64; break;
+    default:
+      throw ValueError(std::string("tunable::gemm(): argument 'dtype' must be float16, bfloat16, "
+                                   "float32 or float64, got ") + dtype_name(dtype));
+  }
+  auto dim = [](std::int64_t v, const char* arg) {
+    if (v < 0 || v > INT_MAX) {
+      throw ValueError(std::string("tunable::gemm(): argument '") + arg +
+                       "' must be in [0, 2^31), got " + std::to_string(v));
+    }
+    return static_cast<int>(v);
+  };
+  g.m = dim(m, "m");
+  g.n = dim(n, "n");
+  g.k = dim(k, "k");
+  const std::int64_t rows_a = g.transpose_a ? k : m, rows_b = g.transpose_b ? n : k;
+  auto ld = [&](std::int64_t v, std::int64_t rows, const char* arg) {
+    if (v < std::max<std::int64_t>(1, rows) || v > INT_MAX) {
+      throw ValueError(std::string("tunable::gemm(): argument '") + arg + "' must be at least " +
+                       std::to_string(std::max<std::int64_t>(1, rows)) +
+                       " (the stored matrix's rows) and below 2^31, got " + std::to_string(v));
+    }
+    return static_cast<int>(v);
+  };
+  g.lda = ld(lda, rows_a, "lda");
+  g.ldb = ld(ldb, rows_b, "ldb");
+  g.ldc = ld(ldc, m, "ldc");
+  if (m > 0 && n > 0 && (!c || (k > 0 && (!a || !b)))) {
+    throw ValueError("tunable::gemm(): a, b and c must be device pointers (got a null pointer)");
+  }
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.alpha = alpha;
+  g.beta = beta;
+  g.allow_tf32 = allow_tf32;
+  if (m == 0 || n == 0) return;
+  const int device = resolve_device(stream.device());
+  if (k == 0) {  // an empty product (C = beta C): nothing to tune
+    cudakit::detail::backend().gemm(device, stream.handle(), std::move(g));
+    return;
+  }
+  detail::gemm(device, stream.handle(), std::move(g));
+}
+
+void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const void* a, std::int64_t lda, const void* b, std::int64_t ldb, double beta, void* c,
+          std::int64_t ldc, DType dtype) {
+  gemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, dtype, current_stream());
+}
+
+}  // namespace cudakit::tunable

@@ -1,0 +1,55 @@
+// The results file format (torch's TunableOp CSV), parsed and written as plain text so every
+// rule is testable without a device. Internal header.
+//
+//   Validator,<key>,<value>                       what the solutions depend on
+//   <op signature>,<params signature>,<solution>[,<milliseconds>[,BLAS_PARAMS: ...]]
+//
+// Reading is strict where torch is silent: a line that is neither (too few fields, an empty
+// field, a time that is not a number, a GemmTunableOp line whose signatures do not parse, an
+// untuned line without a solution, two values for one validator) is a ValueError naming the
+// file and line, instead of being skipped unnoticed. Blank lines and CR line ends are
+// accepted. Entries whose op cudakit does not run (batched, scaled, complex GEMMs from a torch
+// file) are kept verbatim, so reading and writing a file loses nothing.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace cudakit::tunable::detail {
+
+struct ResultEntry {
+  std::string solution;
+  double time_ms = 0;
+};
+// op signature -> params signature -> entry; ordered, so written files are deterministic.
+using ResultsMap = std::map<std::string, std::map<std::string, ResultEntry>>;
+using ValidatorMap = std::map<std::string, std::string>;
+
+struct ResultsFile {
+  ValidatorMap validators;
+  ResultsMap results;
+};
+
+// Parses a results file's text; `name` is the file name for messages.
+ResultsFile parse_results(const std::string& text, const std::string& name);
+
+// The validator key torch writes; a file carrying it comes from torch.
+inline constexpr const char* kTorchVersionKey = "PT_VERSION";
+
+// Why a file with `file` validators must not be used by a process whose own are `ours`, or
+// nullopt when it may: every key of ours must be present with the same value, except that a
+// torch file (PT_VERSION, which cudakit does not check: its solutions are rebuilt and fall
+// back to Default when they cannot run) may lack them; any other key is another platform's
+// (ROCm's HIPBLASLT_VERSION, ...) and rejects the file.
+std::optional<std::string> validators_mismatch(const ValidatorMap& file, const ValidatorMap& ours);
+
+// One result line (no newline) and the whole file.
+std::string format_result(const std::string& op, const std::string& params, const ResultEntry& e);
+std::string format_results(const ValidatorMap& validators, const ResultsMap& results);
+// A validator value made safe for the format (commas and line breaks replaced).
+std::string sanitize_field(std::string value);
+
+}  // namespace cudakit::tunable::detail

@@ -1,0 +1,83 @@
+// GEMM problem identities: the signatures torch writes in results files, and the compact key
+// the dispatch cache uses. Internal header.
+//
+// Signatures (torch's GemmTunableOp, BLAS terms: C = op(A) op(B), column-major):
+//   op:     "GemmTunableOp_<type>_<TA><TB>"   type: float, tf32 (float32 with TF32 allowed),
+//           double, Half, BFloat16; TA/TB: N or T
+//   params: "<ta><tb>_<m>_<n>_<k>_ld_<lda>_<ldb>_<ldc>"   (lower-case transposes)
+// torch.mm(a, b) on row-major tensors is the BLAS product b^T a^T, so a product run by
+// cudakit.matmul and by torch.mm on the same tensors have the same signatures. Older torch
+// wrote params without the "_ld_..." part; parse_params accepts both.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "backend/backend.hpp"
+
+namespace cudakit::tunable::detail {
+
+std::string op_signature(const cudakit::detail::GemmArgs& g);
+std::string params_signature(const cudakit::detail::GemmArgs& g);
+
+// torch's element type name of a GEMM ("tf32" for float32 with allow_tf32).
+const char* type_name(const cudakit::detail::GemmArgs& g);
+
+// A GEMM problem parsed back from its signatures.
+struct ParsedGemm {
+  cudakit::detail::GemmType type = cudakit::detail::GemmType::float32;
+  bool allow_tf32 = false;
+  bool transpose_a = false, transpose_b = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t lda = 0, ldb = 0, ldc = 0;  // 0 when the params carried none
+};
+
+// The op signature's parts: nullopt (with `why`) when it is no GemmTunableOp of a type cudakit
+// runs (batched, scaled, complex, ...). `op` must start with "GemmTunableOp_".
+std::optional<ParsedGemm> parse_op(const std::string& op, std::string& why);
+// Fills shape and leading dimensions from params; false (with `why`) when malformed or when
+// its transposes disagree with the op's.
+bool parse_params(const std::string& params, ParsedGemm& into, std::string& why);
+
+// The dispatch cache's key: everything a plan depends on. Trivially copyable and compared
+// bytewise (constructed zeroed, so padding never differs).
+struct GemmKey {
+  std::int32_t device;
+  std::int32_t m, n, k, lda, ldb, ldc;
+  std::uint16_t align_a, align_b, align_c;
+  std::uint8_t type;
+  std::uint8_t flags;  // bit 0: transpose_a, 1: transpose_b, 2: allow_tf32
+
+  static GemmKey of(int device, const cudakit::detail::GemmArgs& g) noexcept {
+    GemmKey key;
+    std::memset(&key, 0, sizeof key);
+    key.device = device;
+    key.m = g.m;
+    key.n = g.n;
+    key.k = g.k;
+    key.lda = g.lda;
+    key.ldb = g.ldb;
+    key.ldc = g.ldc;
+    key.align_a = static_cast<std::uint16_t>(cudakit::detail::pointer_alignment(g.a));
+    key.align_b = static_cast<std::uint16_t>(cudakit::detail::pointer_alignment(g.b));
+    key.align_c = static_cast<std::uint16_t>(cudakit::detail::pointer_alignment(g.c));
+    key.type = static_cast<std::uint8_t>(g.type);
+    key.flags = static_cast<std::uint8_t>((g.transpose_a ? 1 : 0) | (g.transpose_b ? 2 : 0) |
+                                          (g.allow_tf32 && g.type == cudakit::detail::GemmType::float32 ? 4 : 0));
+    return key;
+  }
+  bool operator==(const GemmKey& o) const noexcept { return std::memcmp(this, &o, sizeof o) == 0; }
+  std::size_t hash() const noexcept {
+    // FNV-1a over the bytes: 36 bytes, a few nanoseconds.
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* p = reinterpret_cast<const unsigned char*>(this);
+    for (std::size_t i = 0; i < sizeof(GemmKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return static_cast<std::size_t>(h);
+  }
+};
+
+}  // namespace cudakit::tunable::detail

@@ -1,0 +1,375 @@
+#include "tunable/tuner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "cudakit/allocation.hpp"
+#include "cudakit/device.hpp"
+#include "cudakit/error.hpp"
+#include "kernels/numeric.hpp"
+#include "tunable/candidates.hpp"
+#include "tunable/settings.hpp"
+#include "tunable/signature.hpp"
+
+namespace cudakit::tunable::detail {
+namespace {
+
+using cudakit::detail::backend;
+using cudakit::detail::EventHandle;
+using cudakit::detail::GemmType;
+
+std::size_t elem_size(GemmType t) {
+  switch (t) {
+    case GemmType::float64: return 8;
+    case GemmType::float32: return 4;
+    case GemmType::float16:
+    case GemmType::bfloat16: return 2;
+  }
+  return 4;
+}
+
+std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+
+// Timing events of one tuning, destroyed together.
+class Events {
+ public:
+  explicit Events(int device) : device_(device) {}
+  ~Events() {
+    if (cudakit::detail::is_shutting_down()) return;
+    for (EventHandle e : events_) {
+      try {
+        backend().event_destroy(e);
+      } catch (...) {
+      }
+    }
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  // Created ahead of the runs they time: creating one between the last run and its record
+  // would let the GPU idle inside the timed interval.
+  EventHandle make() {
+    events_.push_back(backend().event_create(device_, 0));
+    return events_.back();
+  }
+
+ private:
+  int device_;
+  std::vector<EventHandle> events_;
+};
+
+struct Operands {
+  const void* a;
+  const void* b;
+  void* c;
+};
+
+// The operand sets timing runs cycle through (see tuner.hpp, step 1).
+struct OperandSets {
+  std::vector<Allocation> memory;
+  std::vector<Operands> sets;
+  std::size_t next = 0;
+  const Operands& take() { return sets[next++ % sets.size()]; }
+};
+
+struct Sizes {
+  std::size_t a, b, c;
+};
+
+Sizes operand_sizes(const GemmArgs& g) {
+  const std::size_t e = elem_size(g.type);
+  return {operand_bytes(g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda, e),
+          operand_bytes(g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb, e),
+          operand_bytes(g.m, g.n, g.ldc, e)};
+}
+
+OperandSets make_sets(int device, StreamHandle s, const GemmArgs& g, std::int64_t rotating) {
+  const StreamRef ref = StreamRef::from_handle(s, device);
+  const Sizes z = operand_sizes(g);
+  OperandSets out;
+  auto& be = backend();
+  if (rotating <= 0) {
+    Allocation c = allocate_device(std::max<std::size_t>(z.c, 1), device, ref);
+    be.memcpy_async(c.get(), g.c, z.c, s);
+    out.sets.push_back({g.a, g.b, c.get()});
+    out.memory.push_back(std::move(c));
+    return out;
+  }
+  const std::size_t ra = round_up(z.a, 256), rb = round_up(z.b, 256), rc = round_up(z.c, 256);
+  const std::size_t stride = ra + rb + rc;
+  const std::size_t count = static_cast<std::size_t>(rotating) / stride + 1;  // torch's count
+  Allocation all = allocate_device(count * stride, device, ref);
+  auto* base = static_cast<unsigned char*>(all.get());
+  be.memcpy_async(base, g.a, z.a, s);
+  be.memcpy_async(base + ra, g.b, z.b, s);
+  be.memcpy_async(base + ra + rb, g.c, z.c, s);
+  for (std::size_t filled = 1; filled < count;) {  // doubling: log2(count) copies
+    const std::size_t n = std::min(filled, count - filled);
+    be.memcpy_async(base + filled * stride, base, n * stride, s);
+    filled += n;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    unsigned char* p = base + i * stride;
+    out.sets.push_back({p, p + ra, p + ra + rb});
+  }
+  out.memory.push_back(std::move(all));
+  log(3, "rotating buffer: " + std::to_string(count) + " operand sets of " +
+             std::to_string(stride) + " bytes");
+  return out;
+}
+
+GemmArgs with(const GemmArgs& g, const Operands& o) {
+  GemmArgs a = g;
+  a.a = o.a;
+  a.b = o.b;
+  a.c = o.c;
+  return a;
+}
+
+// The plan's workspace, allocated before anything is timed (a first allocation of a size may
+// reach the driver, and the GPU would idle inside the timed interval meanwhile).
+Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
+  if (const std::size_t bytes = plan.workspace_bytes()) {
+    return allocate_device(bytes, device, StreamRef::from_handle(s, device));
+  }
+  return Allocation();
+}
+
+// Runs `plan` `times` times, cycling through the sets.
+void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandSets& sets,
+               int times, const Allocation& ws) {
+  for (int i = 0; i < times; ++i) plan.run(s, with(g, sets.take()), ws.get());
+}
+
+double element(const std::vector<unsigned char>& c, std::size_t at, GemmType t) {
+  switch (t) {
+    case GemmType::float64: {
+      double v;
+      std::memcpy(&v, c.data() + at * 8, 8);
+      return v;
+    }
+    case GemmType::float32: {
+      float v;
+      std::memcpy(&v, c.data() + at * 4, 4);
+      return v;
+    }
+    case GemmType::float16: {
+      ops::Half v;
+      std::memcpy(&v, c.data() + at * 2, 2);
+      return v.to_float();
+    }
+    case GemmType::bfloat16: {
+      ops::BFloat16 v;
+      std::memcpy(&v, c.data() + at * 2, 2);
+      return v.to_float();
+    }
+  }
+  return 0;
+}
+
+// allclose(got, ref, rtol, atol) over the m x n elements (NaN never matches).
+bool allclose(const std::vector<unsigned char>& got, const std::vector<unsigned char>& ref,
+              const GemmArgs& g, const NumericalCheck& tol, double& worst) {
+  worst = 0;
+  for (int j = 0; j < g.n; ++j)
+    for (int i = 0; i < g.m; ++i) {
+      const std::size_t at = static_cast<std::size_t>(j) * g.ldc + static_cast<std::size_t>(i);
+      const double x = element(got, at, g.type), r = element(ref, at, g.type);
+      const double err = std::fabs(x - r);
+      if (!(err <= tol.atol + tol.rtol * std::fabs(r))) {
+        worst = std::isnan(err) ? err : std::max(worst, err);
+        return false;
+      }
+      worst = std::max(worst, err);
+    }
+  return true;
+}
+
+std::vector<unsigned char> to_host(const void* c, std::size_t bytes, StreamHandle s) {
+  std::vector<unsigned char> host(bytes);
+  backend().memcpy_async(host.data(), c, bytes, s);
+  backend().stream_synchronize(s);
+  return host;
+}
+
+// Candidates whose result matches Default's (tuner.hpp, step 2). Default stays first.
+std::vector<GemmPlanPtr> numerically_checked(int device, StreamHandle s, const GemmArgs& g,
+                                             std::vector<GemmPlanPtr> all, const NumericalCheck& tol) {
+  const StreamRef ref_stream = StreamRef::from_handle(s, device);
+  const std::size_t c_bytes = operand_sizes(g).c;
+  Allocation scratch = allocate_device(std::max<std::size_t>(c_bytes, 1), device, ref_stream);
+  auto& be = backend();
+  be.memcpy_async(scratch.get(), g.c, c_bytes, s);
+  all.front()->run(s, with(g, {g.a, g.b, scratch.get()}), nullptr);  // Default: no workspace
+  const std::vector<unsigned char> reference = to_host(scratch.get(), c_bytes, s);
+  std::vector<GemmPlanPtr> out{all.front()};
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    const GemmPlan& p = *all[i];
+    try {
+      be.memcpy_async(scratch.get(), g.c, c_bytes, s);
+      OperandSets one;
+      one.sets.push_back({g.a, g.b, scratch.get()});
+      run_times(p, s, g, one, 1, workspace_for(p, device, s));
+      double worst = 0;
+      if (!allclose(to_host(scratch.get(), c_bytes, s), reference, g, tol, worst)) {
+        log(3, "numerical check failed for " + p.name() + " (error " + std::to_string(worst) +
+                   " beyond atol " + std::to_string(tol.atol) + " + rtol " +
+                   std::to_string(tol.rtol) + " x |reference|)");
+        continue;
+      }
+      log(3, "numerical check passed for " + p.name() + " (largest error " +
+                 std::to_string(worst) + ")");
+      out.push_back(all[i]);
+    } catch (const Error& e) {
+      log(3, "unsupported: " + p.name() + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+int tuning_iterations(double approx_ms) {
+  const Settings& st = settings();
+  const int td = st.max_tuning_ms(), ti = st.max_tuning_iterations();
+  int it = 100;  // torch's default when neither bound is set
+  if (td > 0) {
+    const double di = std::min(1e9, td / std::max(approx_ms, 1e-6));
+    it = ti > 0 ? std::min(ti, static_cast<int>(di)) : static_cast<int>(di);
+  } else if (ti > 0) {
+    it = ti;
+  }
+  return std::max(1, it);
+}
+
+int warmup_iterations(double approx_ms) {
+  const Settings& st = settings();
+  const int wd = st.max_warmup_ms(), wi = st.max_warmup_iterations();
+  const int di = static_cast<int>(std::min(1e9, wd / std::max(approx_ms, 1e-6)));
+  if (wd > 0 && wi > 0) return std::min(wi, di);
+  if (wd > 0) return di;
+  return std::max(0, wi);
+}
+
+std::int64_t rotating_bytes(int device) {
+  const int mb = settings().rotating_mb();
+  if (mb == 0) return 0;
+  if (mb < 0) return get_device_properties(device).L2_cache_size;
+  return static_cast<std::int64_t>(mb) << 20;
+}
+
+}  // namespace
+
+std::unique_lock<std::mutex> tuning_lock() {
+  static std::mutex mu;
+  return std::unique_lock<std::mutex>(mu);
+}
+
+std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t elem) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return static_cast<std::size_t>((cols - 1) * ld + rows) * elem;
+}
+
+std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmArgs& g) {
+  const std::string sig = op_signature(g) + "(" + params_signature(g) + ")";
+  std::vector<GemmPlanPtr> all = candidates(device, g);
+  log(2, "finding fastest for " + sig + " out of " + std::to_string(all.size()) + " candidates");
+
+  OperandSets sets;
+  try {
+    try {
+      sets = make_sets(device, s, g, rotating_bytes(device));
+    } catch (const OutOfMemoryError&) {
+      log(1, "no memory for the rotating buffer: tuning " + sig + " without it");
+      sets = make_sets(device, s, g, 0);
+    }
+    const NumericalCheck tol = settings().numerical_check();
+    if (tol.enabled) all = numerically_checked(device, s, g, std::move(all), tol);
+  } catch (const OutOfMemoryError& e) {
+    warn("no memory to tune " + sig + " (" + e.what() + "): Default runs, untuned");
+    return std::nullopt;
+  }
+
+  // Probe (tuner.hpp, step 3).
+  Events events(device);
+  struct Probe {
+    GemmPlanPtr plan;
+    EventHandle start = nullptr, end = nullptr;
+    double ms = std::numeric_limits<double>::infinity();
+  };
+  std::vector<Probe> probes;
+  for (GemmPlanPtr& p : all) {
+    Probe pr{p};
+    try {
+      const Allocation ws = workspace_for(*p, device, s);
+      pr.start = events.make();
+      pr.end = events.make();
+      run_times(*p, s, g, sets, 1, ws);  // warm-up; a failure at launch drops the candidate
+      backend().event_record(pr.start, s);
+      run_times(*p, s, g, sets, kProbeIterations, ws);
+      backend().event_record(pr.end, s);
+      probes.push_back(std::move(pr));
+    } catch (const Error& e) {
+      if (p->name() == kDefaultSolution) throw;  // the backend's own GEMM fails: report it
+      log(3, "unsupported: " + p->name() + ": " + e.what());
+    }
+  }
+  backend().event_synchronize(probes.back().end);
+  for (Probe& pr : probes) {
+    pr.ms = backend().event_elapsed_ms(pr.start, pr.end) / kProbeIterations;
+    log(3, "probe " + pr.plan->name() + ": " + std::to_string(pr.ms) + " ms");
+  }
+  std::stable_sort(probes.begin(), probes.end(),
+                   [](const Probe& a, const Probe& b) { return a.ms < b.ms; });
+
+  // Finals (tuner.hpp, step 4).
+  struct Finalist {
+    GemmPlanPtr plan;
+    Allocation workspace;
+    int iterations = 0, timed = 0;
+    double ms = 0;
+    std::vector<std::pair<EventHandle, EventHandle>> rounds;
+  };
+  std::vector<Finalist> finals;
+  const double best_probe = probes.front().ms;
+  for (const Probe& pr : probes) {
+    if (static_cast<int>(finals.size()) == kFinalists) break;
+    if (pr.ms > best_probe * kFinalistRatio && !finals.empty()) break;
+    Finalist f;
+    f.plan = pr.plan;
+    f.workspace = workspace_for(*pr.plan, device, s);
+    f.iterations = tuning_iterations(pr.ms);
+    if (const int w = warmup_iterations(pr.ms)) run_times(*f.plan, s, g, sets, w, f.workspace);
+    finals.push_back(std::move(f));
+  }
+  constexpr int kRounds = 2;
+  for (Finalist& f : finals) {
+    for (int r = 0; r < kRounds; ++r) f.rounds.emplace_back(events.make(), events.make());
+  }
+  for (int r = 0; r < kRounds; ++r) {
+    for (Finalist& f : finals) {
+      const int share = f.iterations / kRounds + (r == kRounds - 1 ? f.iterations % kRounds : 0);
+      auto [start, end] = f.rounds[static_cast<std::size_t>(r)];
+      backend().event_record(start, s);
+      run_times(*f.plan, s, g, sets, share, f.workspace);
+      backend().event_record(end, s);
+      f.timed += share;
+    }
+  }
+  backend().event_synchronize(finals.back().rounds.back().second);
+  const Finalist* winner = nullptr;
+  for (Finalist& f : finals) {
+    double total = 0;
+    for (auto [a, b] : f.rounds) total += backend().event_elapsed_ms(a, b);
+    f.ms = total / std::max(1, f.timed);
+    log(3, "final " + f.plan->name() + ": " + std::to_string(f.ms) + " ms over " +
+               std::to_string(f.timed) + " runs");
+    if (!winner || f.ms < winner->ms) winner = &f;
+  }
+  log(2, "fastest for " + sig + ": " + winner->plan->name() + " " + std::to_string(winner->ms) +
+             " ms");
+  return TuneOutcome{winner->plan, winner->ms, static_cast<int>(probes.size())};
+}
+
+}  // namespace cudakit::tunable::detail

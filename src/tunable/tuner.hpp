@@ -1,0 +1,60 @@
+// Finds the fastest implementation of one GEMM problem (torch's TunableOp::FindFastest, made
+// cheaper so that more candidates fit in the same time). Internal header.
+//
+// On the caller's stream, after the work already queued there:
+//   1. Operands: the caller's C is never written. Timing runs on copies: one set {A, B, C}
+//      when the rotating buffer is off (the caller's A and B, a scratch C); otherwise as many
+//      copies of {A, B, C} as fill the rotating size (+1, as torch), carved from one allocation
+//      and filled by doubling copies (a few memcpys even for tiny problems, where torch makes
+//      thousands of separate copies), cycled through across every timed run so no run reads
+//      its operands from L2.
+//   2. Numerical check (when enabled): Default's result is the reference; each other candidate
+//      runs once on a fresh copy of C and is dropped unless every element is within
+//      atol + rtol * |reference| (NaN never matches, as torch.allclose).
+//   3. Probe: every candidate runs once untimed (a failure at launch drops it) and then
+//      kProbeIterations times between two events. All candidates are queued back to back and
+//      synchronised once, so probing costs the GPU time of the runs and no host round trip per
+//      candidate.
+//   4. Finals: the candidates within kFinalistRatio of the best probe (at most kFinalists) are
+//      timed for torch's budget each (get_max_tuning_duration / iterations, warm-up settings),
+//      in interleaved rounds so clock drift favours none of them. The lowest average wins.
+// Torch times every candidate for the full budget; with kFinalists = 4 the budget is spent on
+// four candidates whatever their number, which is what lets cudakit try every cuBLASLt
+// heuristic answer and split-K variants in no more time than torch spends on nine.
+//
+// Tuning is serialised process-wide (a mutex) so two threads never time against each other.
+//
+// Thread-safety: find_fastest may be called from any thread (serialised, see above).
+#pragma once
+
+#include <mutex>
+#include <optional>
+
+#include "backend/backend.hpp"
+
+namespace cudakit::tunable::detail {
+
+inline constexpr int kProbeIterations = 2;
+inline constexpr int kFinalists = 4;
+inline constexpr double kFinalistRatio = 1.25;
+
+struct TuneOutcome {
+  cudakit::detail::GemmPlanPtr plan;
+  double time_ms = 0;
+  int candidates = 0;  // how many were probed
+};
+
+// Held while tuning (process-wide): the caller takes it, looks the problem up again (another
+// thread may have tuned it meanwhile) and only then calls find_fastest.
+std::unique_lock<std::mutex> tuning_lock();
+
+// The fastest candidate for `problem` on `device`, timed on `s` (the device is current; the
+// caller holds tuning_lock()). nullopt when there is no memory for the scratch operands (the
+// caller runs Default, unrecorded).
+std::optional<TuneOutcome> find_fastest(int device, cudakit::detail::StreamHandle s,
+                                        const cudakit::detail::GemmArgs& problem);
+
+// Bytes one stored operand occupies: (cols - 1) * ld + rows elements of `elem` bytes.
+std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t elem);
+
+}  // namespace cudakit::tunable::detail
