@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/collectives.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/export.hpp"
 #include "cudakit/libraries.hpp"
@@ -285,6 +286,26 @@ class Backend {
   // (mem_alloc) fail in global mode; relaxed lets the caching allocator grow a graph's
   // private pool during capture (ThreadCaptureModeGuard).
   virtual CaptureMode thread_exchange_capture_mode(CaptureMode mode) = 0;
+
+  // ---- collective communication (collectives.hpp: NCCL on cuda, shared memory on emulated) --
+  // The engine's identity; probing loads it (cuda: libnccl). Never throws.
+  virtual CommEngineInfo comm_engine() noexcept = 0;
+  // A new communicator id (ncclGetUniqueId). NotSupportedError when the engine is unusable.
+  virtual nccl::UniqueId comm_unique_id() = 0;
+  // Rank `rank` of `nranks` ranks sharing `id`, on `device` (ncclCommInitRankConfig). A
+  // blocking call returns once every rank has joined (NcclError on failure or timeout); a
+  // non-blocking one at once, its state() initializing until then.
+  virtual std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id,
+                                                      int rank, int device,
+                                                      const CommInitOptions& options) = 0;
+  // One rank per entry of `devices` (distinct devices, rank i on devices[i]), all in this
+  // process (ncclCommInitAll).
+  virtual std::vector<std::shared_ptr<BackendComm>> comm_init_all(
+      const std::vector<int>& devices) = 0;
+  // ncclGroupStart / ncclGroupEnd for the calling thread; groups nest, operations enqueued
+  // inside are launched at the outermost end. group_end without start: ValueError.
+  virtual void comm_group_start() = 0;
+  virtual void comm_group_end() = 0;
 
   // ---- profiler control (cuProfilerStart/Stop: the capture-range hooks of Nsight Systems
   // and Nsight Compute) ----

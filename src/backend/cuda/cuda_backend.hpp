@@ -3,9 +3,9 @@
 // Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
 // cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
 // cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
-// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML) and cuda_math.cpp
-// (cuBLAS / cuSOLVER, capabilities, library report). Every run-time-loaded library goes
-// through library_loader.hpp.
+// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML), cuda_math.cpp
+// (cuBLAS / cuSOLVER, capabilities, library report) and cuda_collectives.cpp (NCCL). Every
+// run-time-loaded library goes through library_loader.hpp.
 //
 // Contexts: every device uses its primary context, retained once on first use and never
 // released (the process keeps it until exit; releasing at exit would call the driver during
@@ -143,6 +143,15 @@ class CudaBackend final : public Backend {
   // ---- profiler control (cuda_profiler.cpp) ----
   void profiler_start() override;
   void profiler_stop() override;
+
+  // ---- collective communication (cuda_collectives.cpp, NCCL) ----
+  CommEngineInfo comm_engine() noexcept override;
+  nccl::UniqueId comm_unique_id() override;
+  std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id, int rank,
+                                              int device, const CommInitOptions& options) override;
+  std::vector<std::shared_ptr<BackendComm>> comm_init_all(const std::vector<int>& devices) override;
+  void comm_group_start() override;
+  void comm_group_end() override;
 
   // ---- helpers shared by the topic files ----
 

@@ -11,6 +11,7 @@
 //   telemetry.cpp the telemetry model (utilization measured, sensors derived from it)
 //   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
 //   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
+//   collectives.cpp, comm_engine.cpp  NCCL's communicators over shared memory
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -280,6 +281,14 @@ class EmulatedBackend final : public Backend {
 
   void profiler_start() override;
   void profiler_stop() override;
+
+  CommEngineInfo comm_engine() noexcept override;
+  nccl::UniqueId comm_unique_id() override;
+  std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id, int rank,
+                                              int device, const CommInitOptions& options) override;
+  std::vector<std::shared_ptr<BackendComm>> comm_init_all(const std::vector<int>& devices) override;
+  void comm_group_start() override;
+  void comm_group_end() override;
 
  private:
   // ---- devices ----
