@@ -79,7 +79,8 @@ Tensor gather(const std::vector<Tensor>& tensors, const Tensor& out, std::int64_
 
 enum class Transport { automatic, peer, nccl, copy };
 const char* transport_name(Transport t) noexcept;  // "auto", "peer", "nccl", "copy"
-// The data path of broadcast / reduce_add (see the header comment). A forced transport that
+// The data path of broadcast / reduce_add between devices (see the header comment; a CPU
+// source is always copied up). A forced transport that
 // cannot serve a call (nccl without the engine, peer without peer access between two of the
 // devices or on memory not mapped on the peers) makes it raise NotSupportedError saying why.
 void set_transport(Transport t) noexcept;

@@ -75,6 +75,13 @@ struct CommInitOptions {
 
 enum class CommState { ready, initializing, failed };
 
+// Why a communicator failed.
+struct CommError {
+  int code = nccl::result::remote_error;  // ncclResult_t
+  bool timed_out = false;                  // a wait reached its deadline
+  std::string message;
+};
+
 // One rank of a communicator, as a backend holds it. Destroying it releases the backend's
 // resources (ncclCommDestroy, or ncclCommAbort once aborted or failed); the destructor never
 // throws and makes no device call during process exit.
@@ -84,9 +91,9 @@ class BackendComm {
   virtual int rank() const noexcept = 0;
   virtual int size() const noexcept = 0;
   virtual int device() const noexcept = 0;
-  // Initialization / asynchronous error state (ncclCommGetAsyncError). On failed, *message
+  // Initialization / asynchronous error state (ncclCommGetAsyncError). On failed, *error
   // (if given) says why. Never throws.
-  virtual CommState state(std::string* message = nullptr) noexcept = 0;
+  virtual CommState state(CommError* error = nullptr) noexcept = 0;
   // Stops the communicator: operations in flight end (with an error on the other ranks) and
   // later ones throw. Idempotent, never throws (ncclCommAbort).
   virtual void abort() noexcept = 0;

@@ -160,19 +160,27 @@ void nccl_check(Eligibility& e, const std::vector<const Tensor*>& tensors, bool 
 
 // ---- broadcast ----
 
-void broadcast_impl(const Tensor& src, const std::vector<Tensor>& outs, const char* fn) {
-  if (outs.empty()) return;
+void broadcast_impl(const Tensor& src, const std::vector<Tensor>& all_outs, const char* fn) {
+  if (all_outs.empty()) return;
+  // Outputs on the source's own device are plain local copies; the transport serves the rest.
+  std::vector<Tensor> outs, local;
+  for (const Tensor& o : all_outs) {
+    (src.is_cuda() && o.device() == src.device() ? local : outs).push_back(o);
+  }
   Eligibility e;
-  if (!src.is_cuda()) {
-    e.peer_why = e.nccl_why = "the source is on the CPU";
-  } else {
+  Path path = Path::copy;  // a CPU source is copied up, whatever the transport
+  if (src.is_cuda()) {
     std::vector<const Tensor*> all{&src};
     for (const Tensor& o : outs) all.push_back(&o);
-    peer_check(e, src.device().index, all);
-    nccl_check(e, all, false);
+    if (!outs.empty()) {
+      peer_check(e, src.device().index, all);
+      nccl_check(e, all, false);
+      path = pick(e, fn);  // may refuse: nothing is written before this
+    }
   }
-  const Path path = pick(e, fn);
   if (src.numel() == 0) return;
+  for (Tensor o : local) o.copy_(src, /*non_blocking=*/true);
+  if (outs.empty()) return;
   if (path == Path::copy) {
     for (Tensor o : outs) o.copy_(src, /*non_blocking=*/true);
     return;

@@ -182,10 +182,10 @@ void Communicator::Impl::throw_if_failed() {
 bool Communicator::Impl::is_ready() {
   if (ready_.load(std::memory_order_acquire)) return true;
   if (failed_.load()) return false;
-  std::string why;
+  detail::CommError why;
   switch (comm_->state(&why)) {
     case detail::CommState::ready: ready_reached(); return true;
-    case detail::CommState::failed: fail(result::remote_error, why, false); return false;
+    case detail::CommState::failed: fail(why.code, why.message, why.timed_out); return false;
     case detail::CommState::initializing: return false;
   }
   return false;
@@ -212,10 +212,10 @@ void Communicator::Impl::wait_ready() {
 void Communicator::Impl::tick() noexcept {
   if (failed_.load(std::memory_order_acquire)) return;
   try {
-    std::string why;
+    detail::CommError why;
     const detail::CommState s = comm_->state(&why);
     if (s == detail::CommState::failed) {
-      fail(result::remote_error, why, false);
+      fail(why.code, why.message, why.timed_out);
       return;
     }
     if (s == detail::CommState::ready && !ready_.load()) ready_reached();

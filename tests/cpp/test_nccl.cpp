@@ -463,6 +463,7 @@ TEST(NcclCommunicator, CapturedIntoAGraph) {
     nc::Communicator c(2, id, r, on(dev));
     Tensor t = full({16}, Scalar(1.0), device_options(DType::float32, dev));
     Stream s(dev);
+    s.wait(current_stream(dev));  // the fill ran on this thread's stream
     CUDAGraph g;
     {
       StreamGuard guard(s);

@@ -79,9 +79,15 @@ class CudaComm final : public BackendComm, public std::enable_shared_from_this<C
   int size() const noexcept override { return nranks_; }
   int device() const noexcept override { return device_; }
 
-  CommState state(std::string* message) noexcept override {
+  CommState state(CommError* error) noexcept override {
     if (aborted_.load(std::memory_order_acquire)) {
-      if (message) *message = "the communicator was aborted";
+      if (error) {
+        error->code = res::remote_error;
+        try {
+          error->message = "the communicator was aborted";
+        } catch (...) {
+        }
+      }
       return CommState::failed;
     }
     const Nccl& n = nccl();
@@ -90,9 +96,10 @@ class CudaComm final : public BackendComm, public std::enable_shared_from_this<C
     if (rc != kNcclSuccess) async = rc;
     if (async == kNcclSuccess) return CommState::ready;
     if (async == kNcclInProgress) return CommState::initializing;
-    if (message) {
+    if (error) {
+      error->code = async;
       try {
-        *message = nccl_message(n, async, comm_, "the communicator");
+        error->message = nccl_message(n, async, comm_, "the communicator");
       } catch (...) {
       }
     }
@@ -116,10 +123,10 @@ class CudaComm final : public BackendComm, public std::enable_shared_from_this<C
     const auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(1);
     for (;;) {
-      std::string why;
+      CommError why;
       CommState s = state(&why);
       if (s == CommState::ready) return;
-      if (s == CommState::failed) throw nccl::NcclError(res::remote_error, std::string(what) + ": " + why);
+      if (s == CommState::failed) throw nccl::NcclError(why.code, std::string(what) + ": " + why.message);
       if (timeout_.count() > 0 && std::chrono::steady_clock::now() - start >= timeout_) {
         abort();
         throw nccl::NcclError(res::remote_error,

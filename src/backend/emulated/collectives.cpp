@@ -47,10 +47,8 @@ std::shared_ptr<BackendComm> EmulatedBackend::comm_init_rank(int nranks, const n
     return comm;
   }
   comm->join_named(name);
-  std::string why;
-  if (comm->state(&why) == CommState::failed) {
-    throw nccl::NcclError(comm->error_code(), why, comm->error_timed_out());
-  }
+  CommError why;
+  if (comm->state(&why) == CommState::failed) throw nccl::NcclError(why.code, why.message, why.timed_out);
   return comm;
 }
 

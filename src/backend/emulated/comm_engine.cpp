@@ -148,6 +148,7 @@ struct Header {
   std::atomic<std::uint32_t> joined;  // futex word of the join wait
   std::atomic<std::uint32_t> failed;  // 0 healthy, 1 reason being written, 2 failed
   std::int32_t fail_code;
+  std::int32_t fail_timed_out;
   char reason[512];
   alignas(64) std::atomic<std::uint32_t> bar_count;
   alignas(64) std::atomic<std::uint32_t> bar_gen;  // futex word of the barrier
@@ -211,11 +212,12 @@ class Segment {
   }
 
   // Marks the communicator failed (the first reason wins) and wakes every waiter.
-  void fail(int code, const std::string& why) noexcept {
+  void fail(int code, const std::string& why, bool timed_out = false) noexcept {
     Header& hd = h();
     std::uint32_t expected = 0;
     if (hd.failed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
       hd.fail_code = code;
+      hd.fail_timed_out = timed_out ? 1 : 0;
       std::size_t n = std::min(why.size(), sizeof hd.reason - 1);
       std::memcpy(hd.reason, why.data(), n);
       hd.reason[n] = '\0';
@@ -224,7 +226,7 @@ class Segment {
     wake_all();
   }
   // True when failed; fills code and reason.
-  bool failed(int* code, std::string* why) const {
+  bool failed(int* code, std::string* why, bool* timed_out = nullptr) const {
     const Header& hd = h();
     std::uint32_t f = hd.failed.load(std::memory_order_acquire);
     if (f == 0) return false;
@@ -234,6 +236,7 @@ class Segment {
     }
     if (code) *code = hd.fail_code;
     if (why) *why = hd.reason;
+    if (timed_out) *timed_out = hd.fail_timed_out != 0;
     return true;
   }
   void wake_all() noexcept {
@@ -304,24 +307,27 @@ EmulatedComm::~EmulatedComm() {
   seg_->wake_all();
 }
 
-CommState EmulatedComm::state(std::string* message) noexcept {
+CommState EmulatedComm::state(CommError* error) noexcept {
   auto s = static_cast<CommState>(state_.load(std::memory_order_acquire));
   if (s == CommState::ready) {
     int code = 0;
+    bool timed_out = false;
     std::string why;
     try {
-      if (seg_->failed(&code, &why)) {
-        fail_local(why);
+      if (seg_->failed(&code, &why, &timed_out)) {
+        fail_local(why, code, timed_out);
         s = CommState::failed;
       }
     } catch (...) {
       s = CommState::failed;
     }
   }
-  if (s == CommState::failed && message) {
+  if (s == CommState::failed && error) {
     try {
       std::lock_guard lock(mu_);
-      *message = error_;
+      error->code = error_code_;
+      error->timed_out = error_timed_out_;
+      error->message = error_;
     } catch (...) {
     }
   }
@@ -340,16 +346,6 @@ void EmulatedComm::fail_local(const std::string& why, int code, bool timed_out) 
   }
   state_.store(static_cast<int>(CommState::failed), std::memory_order_release);
   ready_cv_.notify_all();
-}
-
-int EmulatedComm::error_code() const noexcept {
-  std::lock_guard lock(mu_);
-  return error_code_;
-}
-
-bool EmulatedComm::error_timed_out() const noexcept {
-  std::lock_guard lock(mu_);
-  return error_timed_out_;
 }
 
 void EmulatedComm::raise(int code, const std::string& why) {
@@ -422,7 +418,7 @@ class Waiter {
         if (timeout_.count() > 0 && now - start >= timeout_) {
           const std::string why = "rank " + std::to_string(rank_) + " timed out after " +
                                   seconds_text(timeout_) + " in " + what;
-          const_cast<Segment&>(seg_).fail(res::remote_error, why);
+          const_cast<Segment&>(seg_).fail(res::remote_error, why, /*timed_out=*/true);
           throw nccl::NcclError(res::remote_error, why, /*timed_out=*/true);
         }
         next_check = now + kSlice;
@@ -436,8 +432,11 @@ class Waiter {
       throw nccl::NcclError(res::remote_error, "the communicator was aborted on this rank");
     }
     int code = 0;
+    bool timed_out = false;
     std::string why;
-    if (seg_.failed(&code, &why)) throw nccl::NcclError(code, "the communicator failed: " + why);
+    if (seg_.failed(&code, &why, &timed_out)) {
+      throw nccl::NcclError(code, "the communicator failed: " + why, timed_out);
+    }
   }
 
   void check_peers(const std::string& what, const std::vector<int>& peers) const {
@@ -618,7 +617,7 @@ void EmulatedComm::join_named(const std::string& name) {
     ready_cv_.notify_all();
   } catch (const nccl::NcclError& e) {
     if (base != MAP_FAILED) ::munmap(base, mapped);
-    if (seg_) seg_->fail(e.code(), e.what());
+    if (seg_) seg_->fail(e.code(), e.what(), e.timed_out());
     unlink_once();
     fail_local(e.what(), e.code(), e.timed_out());
   } catch (const std::exception& e) {
@@ -629,10 +628,11 @@ void EmulatedComm::join_named(const std::string& name) {
 }
 
 void EmulatedComm::enqueue(CommArgs a, NativeStream s) {
-  std::string why;
+  CommError why;
   if (state(&why) == CommState::failed) {
-    throw nccl::NcclError(res::remote_error, std::string(comm_kind_name(a.kind)) +
-                                                 ": the communicator failed earlier: " + why);
+    throw nccl::NcclError(why.code, std::string(comm_kind_name(a.kind)) +
+                                        ": the communicator failed earlier: " + why.message,
+                          why.timed_out);
   }
   if (aborted_.load()) {
     throw nccl::NcclError(res::remote_error, std::string(comm_kind_name(a.kind)) +

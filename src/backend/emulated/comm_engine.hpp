@@ -75,7 +75,7 @@ class EmulatedComm final : public BackendComm, public std::enable_shared_from_th
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return nranks_; }
   int device() const noexcept override { return device_; }
-  CommState state(std::string* message) noexcept override;
+  CommState state(CommError* error) noexcept override;
   void abort() noexcept override;
   void enqueue(CommArgs args, NativeStream s) override;
 
@@ -96,11 +96,7 @@ class EmulatedComm final : public BackendComm, public std::enable_shared_from_th
   void wait_ready();
   void fail_local(const std::string& why, int code = nccl::result::remote_error,
                   bool timed_out = false) noexcept;
- public:
-  int error_code() const noexcept;  // ncclResult_t of the failure (remote_error if none)
-  bool error_timed_out() const noexcept;  // the failure was a timeout
-
- private:
+ 
   [[noreturn]] void raise(int code, const std::string& why);
   void collective(const CommArgs& a);
   bool step(P2p& op);  // one progress attempt; true when it moved bytes
