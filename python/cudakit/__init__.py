@@ -83,5 +83,7 @@ from .graphs import (  # noqa: E402,F401
 )
 from . import graph_annotations  # noqa: E402,F401
 from . import _graph_annotations  # noqa: E402,F401
+# Collectives between devices (torch.cuda.comm) and NCCL (torch.cuda.nccl).
+from . import comm, nccl  # noqa: E402,F401
 
 __version__ = "0.1.0"

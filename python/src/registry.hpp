@@ -38,6 +38,7 @@ inline constexpr int interop = 42;  // NumPy / DLPack / CUDA array interface (ad
 inline constexpr int factories = 44;  // empty, zeros, tensor, asarray, ... (use interop)
 inline constexpr int random = 46;   // Generator, rand/randn/randint
 inline constexpr int graphs = 50;   // CUDA graphs (uses streams, memory pools, Generator)
+inline constexpr int comm = 60;     // comm.* and nccl.* (uses Device, Stream, Tensor, interop)
 }  // namespace order
 
 }  // namespace cudakit::python
