@@ -76,7 +76,7 @@ TRACES=${TRACES_DIR:-traces}
     echo "pinned_vs_torch did not build:"; tail -20 "$OUT/pinned_vs_torch-build.log"
   fi
   echo "## Python benchmarks (cuda backend, side by side with torch)"
-  for s in bench/python/bench_*.py bench/tensor/bench_*.py bench/graphs/bench_*.py; do
+  for s in bench/python/bench_*.py bench/tensor/bench_*.py bench/graphs/bench_*.py bench/comm/bench_*.py; do
     echo "### $s"
     CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1
   done

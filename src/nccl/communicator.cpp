@@ -289,7 +289,16 @@ void Communicator::Impl::enqueue(CommArgs args, std::optional<StreamRef> stream,
                      std::to_string(s.device()) + " but this rank uses cuda:" +
                      std::to_string(dev) + "; pass a stream of cuda:" + std::to_string(dev));
   }
-  for (const Tensor& t : tensors) detail::note_stream_use(t, s);
+  bool capturing = false;
+  {
+    DeviceGuard guard(dev);
+    capturing = detail::backend().stream_capture_status(s.handle(), nullptr) != detail::CaptureStatus::none;
+  }
+  // Inside a capture the graph's users keep its tensors alive (as with torch); outside, the
+  // caching allocator learns that `s` uses them.
+  if (!capturing) {
+    for (const Tensor& t : tensors) detail::note_stream_use(t, s);
+  }
   args.keep_alive = detail::keep_alive(tensors);
   const std::uint64_t number = [&] {
     std::lock_guard lock(mu_);
@@ -304,6 +313,7 @@ void Communicator::Impl::enqueue(CommArgs args, std::optional<StreamRef> stream,
     fail(e.code(), e.what(), e.timed_out());
     throw_if_failed();
   }
+  if (capturing) return;  // replays are not operations of this handle
   if (in_group()) {
     defer_tracking(shared_from_this(), s, desc);
   } else {

@@ -248,9 +248,11 @@ TEST(NcclSingleProcess, BadInputsChangeNothing) {
 
 // ---------------------------------------------------------------- ranks in threads
 
+// Ranks in threads each take their own device: NCCL refuses two ranks of one communicator
+// on a GPU (the emulated engine would allow it, with a stream per rank).
 TEST(NcclCommunicator, CollectivesAcrossThreads) {
-  REQUIRE_ENGINE(1);
-  const int n = std::max(2, devices());
+  REQUIRE_ENGINE(2);
+  const int n = devices();
   const nc::UniqueId id = nc::unique_id();
   run_ranks(n, [&](int r) {
     const int dev = r % devices();
@@ -281,8 +283,8 @@ TEST(NcclCommunicator, CollectivesAcrossThreads) {
 }
 
 TEST(NcclCommunicator, SendRecvRingInAGroup) {
-  REQUIRE_ENGINE(1);
-  const int n = 3;
+  REQUIRE_ENGINE(2);
+  const int n = std::min(3, devices());
   const nc::UniqueId id = nc::unique_id();
   run_ranks(n, [&](int r) {
     const int dev = r % devices();
@@ -304,14 +306,14 @@ TEST(NcclCommunicator, SendRecvRingInAGroup) {
 }
 
 TEST(NcclCommunicator, NonBlockingInitWaitsForLateRanks) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
   std::atomic<bool> early_saw_not_ready{false};
   run_ranks(2, [&](int r) {
     if (r == 1) std::this_thread::sleep_for(300ms);
-    nc::Communicator c(2, id, r, on(0, 30s, /*blocking=*/false));
+    nc::Communicator c(2, id, r, on(r, 30s, /*blocking=*/false));
     if (r == 0 && !c.is_ready()) early_saw_not_ready = true;
-    Tensor t = full({8}, Scalar(r + 1.0), device_options(DType::float32, 0));
+    Tensor t = full({8}, Scalar(r + 1.0), device_options(DType::float32, r));
     c.all_reduce(t);  // waits for the join itself
     c.synchronize();
     EXPECT_TRUE(c.is_ready());
@@ -335,10 +337,10 @@ TEST(NcclCommunicator, JoinTimesOutWhenARankNeverComes) {
 }
 
 TEST(NcclCommunicator, AbortWakesThePeer) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
   run_ranks(2, [&](int r) {
-    nc::Communicator c(2, id, r, on(0, 120s));
+    nc::Communicator c(2, id, r, on(r, 120s));
     if (r == 0) {
       std::this_thread::sleep_for(200ms);
       c.abort();
@@ -347,7 +349,7 @@ TEST(NcclCommunicator, AbortWakesThePeer) {
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor t = zeros({4}, device_options(DType::float32, 0));
+    Tensor t = zeros({4}, device_options(DType::float32, r));
     try {
       c.all_reduce(t);  // rank 0 never joins this one
       c.synchronize();
@@ -362,15 +364,15 @@ TEST(NcclCommunicator, AbortWakesThePeer) {
 }
 
 TEST(NcclCommunicator, DepartedPeerIsAnErrorNotAHang) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
   run_ranks(2, [&](int r) {
-    nc::Communicator c(2, id, r, on(0, 120s));
+    nc::Communicator c(2, id, r, on(r, 120s));
     if (r == 0) {
       c.reset();  // gone before the collective rank 1 waits in
       return;
     }
-    Tensor t = zeros({4}, device_options(DType::float32, 0));
+    Tensor t = zeros({4}, device_options(DType::float32, r));
     std::this_thread::sleep_for(50ms);
     c.all_reduce(t);
     EXPECT_THROW(c.synchronize(), nc::NcclError);
@@ -378,11 +380,11 @@ TEST(NcclCommunicator, DepartedPeerIsAnErrorNotAHang) {
 }
 
 TEST(NcclCommunicator, OperationTimeout) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
   std::atomic<bool> done{false};
   run_ranks(2, [&](int r) {
-    nc::Communicator c(2, id, r, on(0, 500ms));
+    nc::Communicator c(2, id, r, on(r, 500ms));
     if (r == 1) {  // alive, holds its communicator, never issues the collective
       while (!done.load()) std::this_thread::sleep_for(10ms);
       return;
@@ -402,11 +404,11 @@ TEST(NcclCommunicator, OperationTimeout) {
 }
 
 TEST(NcclCommunicator, MismatchedOperationsAreReported) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
   run_ranks(2, [&](int r) {
-    nc::Communicator c(2, id, r, on(0, 60s));
-    Tensor t = zeros({r == 0 ? 10 : 20}, device_options(DType::float32, 0));
+    nc::Communicator c(2, id, r, on(r, 60s));
+    Tensor t = zeros({r == 0 ? 10 : 20}, device_options(DType::float32, r));
     c.all_reduce(t);
     try {
       c.synchronize();
@@ -442,12 +444,12 @@ TEST(NcclCommunicator, BadArgumentsAreValueErrors) {
 }
 
 TEST(NcclCommunicator, FileRendezvous) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("cudakit-test-id-" + std::to_string(::getpid()))).string();
   run_ranks(2, [&](int r) {
-    nc::Communicator c = nc::Communicator::from_file(path, 2, r, on(0, 30s));
-    Tensor t = full({3}, Scalar(r + 1), device_options(DType::int64, 0));
+    nc::Communicator c = nc::Communicator::from_file(path, 2, r, on(r, 30s));
+    Tensor t = full({3}, Scalar(r + 1), device_options(DType::int64, r));
     c.all_reduce(t);
     c.synchronize();
     EXPECT_EQ(values(t)[2], 3.0);
@@ -456,7 +458,7 @@ TEST(NcclCommunicator, FileRendezvous) {
 }
 
 TEST(NcclCommunicator, CapturedIntoAGraph) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
   run_ranks(2, [&](int r) {
     const int dev = r % devices();
@@ -526,7 +528,7 @@ int env_rank() { return std::atoi(std::getenv("RANK")); }
 }  // namespace
 
 TEST(NcclProcesses, CollectivesAndAKilledRank) {
-  REQUIRE_ENGINE(1);
+  REQUIRE_ENGINE(2);
   if (worker()) GTEST_SKIP();
   const std::string file = (std::filesystem::temp_directory_path() /
                             ("cudakit-test-proc-" + std::to_string(::getpid()))).string();

@@ -181,8 +181,10 @@ def run_ranks(n, fn):
     assert not errors, errors
 
 
-def test_communicator_collectives_in_threads(engine):
-    n = max(2, ck.device_count())
+# Ranks in threads (and processes) take a device each: NCCL refuses two ranks of one
+# communicator on a GPU.
+def test_communicator_collectives_in_threads(two):
+    n = ck.device_count()
     uid = nccl.unique_id()
 
     def rank(r, dev):
@@ -214,7 +216,7 @@ def test_communicator_collectives_in_threads(engine):
     run_ranks(n, rank)
 
 
-def test_communicator_nonblocking_abort_and_timeout(engine):
+def test_communicator_nonblocking_abort_and_timeout(two):
     uid = nccl.unique_id()
     seen = {}
 
@@ -338,7 +340,7 @@ def child_env(**extra):
 
 
 @pytest.fixture
-def worker(tmp_path, engine):
+def worker(tmp_path, two):
     path = tmp_path / "worker.py"
     path.write_text(WORKER)
     return str(path)
@@ -350,7 +352,7 @@ def launch(worker_path, *args, nproc=2, timeout=120, **env):
 
 
 def test_launch_env_rendezvous(worker):
-    n = max(2, min(4, ck.device_count()))
+    n = min(4, ck.device_count())
     r = launch(worker, "env", nproc=n)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(line for line in r.stdout.splitlines() if line.endswith("ok")) == [f"rank {i} ok" for i in range(n)]
