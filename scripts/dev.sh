@@ -58,6 +58,7 @@ sanitize() {
 
 # Tests built and run under the sanitizers in CI, one per line (so parallel work merges).
 TSAN_TESTS=(
+  test_comm
   test_emulated_backend
   test_graphs
   test_graphs_hooks
@@ -65,11 +66,13 @@ TSAN_TESTS=(
   test_memory_history
   test_memory_stress
   test_memory_threads
+  test_nccl
   test_nvtx
   test_streams
 )
 ASAN_TESTS=(
   test_backend_seam
+  test_comm
   test_graphs
   test_graphs_annotations
   test_graphs_hooks
@@ -83,6 +86,7 @@ ASAN_TESTS=(
   test_memory_pluggable
   test_memory_sizes
   test_memory_stress
+  test_nccl
   test_nvtx
   test_profiler
   test_streams

@@ -15,7 +15,8 @@
 //     ordered device list, created on first use;
 //   * copy: plain device-to-device copies and additions (torch's fallback without NCCL).
 // automatic (the default) takes peer when every device pair has peer access and the tensors'
-// memory is mapped on the peers (cudakit's default allocator settings), else nccl when the
+// memory is mapped on the peers (cudaMalloc-style memory: cudakit's default allocator, or
+// torch's; not expandable segments or cudaMallocAsync pools), else nccl when the
 // engine is available, else copy. All transports give the same results.
 //
 // Bad input (mismatched shapes or dtypes, duplicate or out-of-range devices, chunk sizes that

@@ -162,6 +162,12 @@ class Backend {
   virtual void device_synchronize(int device) = 0;
   virtual bool can_access_peer(int device, int peer) = 0;
   virtual void enable_peer_access(int device, int peer) = 0;  // idempotent
+  // Whether peer access, once enabled, reaches the allocation holding `ptr`: true for
+  // cuMemAlloc-style memory (what enable_peer_access maps on every peer), false for
+  // virtual-memory mappings (expandable segments) and memory-pool allocations, which need
+  // per-peer access grants; true where device memory is host memory. Never throws (false
+  // when the driver cannot tell).
+  virtual bool peer_mappable(const void* ptr) noexcept = 0;
   virtual std::pair<int, int> stream_priority_range() = 0;    // {least, greatest}
 
   // ---- telemetry (NVML on cuda; the emulated backend's documented model otherwise) --

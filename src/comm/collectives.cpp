@@ -7,6 +7,7 @@
 #include "cudakit/comm.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <numeric>
 
@@ -72,6 +73,19 @@ std::int64_t wrap_dim(std::int64_t dim, std::int64_t ndim, const char* fn) {
                      std::to_string(ndim - 1) + "]");
   }
   return dim < 0 ? dim + ndim : dim;
+}
+
+// Later work on `waiter` waits for the work enqueued so far on `producer` (another device's
+// stream). One reusable event per producer device and thread: two driver calls per wait
+// instead of StreamRef::wait's four (create, record, wait, destroy), which the small-message
+// latency of a broadcast would feel. Re-recording is safe: a stream wait captures the
+// event's state when it is enqueued.
+void order_after(StreamRef waiter, StreamRef producer) {
+  if (waiter == producer) return;
+  thread_local std::array<Event, kMaxDevices> events;
+  Event& e = events[static_cast<std::size_t>(producer.device())];
+  e.record(producer);
+  waiter.wait(e);
 }
 
 // Where the current transport setting and the tensors allow each path.
@@ -174,7 +188,7 @@ void broadcast_impl(const Tensor& src, const std::vector<Tensor>& all_outs, cons
     for (const Tensor& o : outs) all.push_back(&o);
     if (!outs.empty()) {
       peer_check(e, src.device().index, all);
-      nccl_check(e, all, false);
+      if (!e.peer) nccl_check(e, all, false);
       path = pick(e, fn);  // may refuse: nothing is written before this
     }
   }
@@ -209,7 +223,7 @@ void broadcast_impl(const Tensor& src, const std::vector<Tensor>& all_outs, cons
     const int d = o.device().index;
     if (std::find(waited.begin(), waited.end(), d) != waited.end()) continue;
     waited.push_back(d);
-    ss.wait(current_stream(d));  // the outputs' memory is free on their streams from here on
+    order_after(ss, current_stream(d));  // the outputs' memory is free on their streams from here on
   }
   std::vector<Tensor> keep{src};
   std::vector<void*> dsts;
@@ -223,7 +237,7 @@ void broadcast_impl(const Tensor& src, const std::vector<Tensor>& all_outs, cons
     }
   }
   for (int d : waited) {
-    if (d != sd) current_stream(d).wait(ss);
+    if (d != sd) order_after(current_stream(d), ss);
   }
 }
 
@@ -353,7 +367,7 @@ Tensor reduce_add_impl(const std::vector<Tensor>& inputs, const ReduceCheck& rc,
     for (const Tensor& t : inputs) all.push_back(&t);
     // The root is reached locally: only the others need peer access from the destination.
     peer_check(e, dest, all);
-    nccl_check(e, all, true);
+    if (!e.peer) nccl_check(e, all, true);
   }
   const Path path = pick(e, fn);
   if (path == Path::copy) {
@@ -399,12 +413,12 @@ Tensor reduce_add_impl(const std::vector<Tensor>& inputs, const ReduceCheck& rc,
   for (const Tensor& t : inputs) {
     ptrs.push_back(t.data_ptr());
     keep.push_back(t);
-    if (t.device().index != dest) ds.wait(current_stream(t.device().index));
+    if (t.device().index != dest) order_after(ds, current_stream(t.device().index));
   }
   detail::peer_reduce(dest, result.data_ptr(), ptrs, rt.numel(), rt.dtype(), detail::keep_alive(keep));
   for (const Tensor& t : inputs) {
     // The inputs' own streams may reuse or overwrite them only after the read.
-    if (t.device().index != dest) current_stream(t.device().index).wait(ds);
+    if (t.device().index != dest) order_after(current_stream(t.device().index), ds);
   }
   return result;
 }

@@ -9,7 +9,6 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "kernels/reduce.hpp"
-#include "memory/config.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/executor.hpp"
 #include "ops/kernels.hpp"
@@ -79,14 +78,7 @@ bool peer_access(int from, int to, std::string* why) {
 }
 
 bool peer_mappable(const Tensor& t) {
-  if (!runs_kernels()) return true;  // host-addressable device memory
-  if (!t.storage() || t.storage()->is_external()) return false;
-  // Fixed once a device allocator exists, which the tensor's own allocation proves.
-  static const bool plain = [] {
-    const memory::AllocatorConfig c = memory::config();
-    return c.backend == memory::AllocatorConfig::Backend::native && !c.expandable_segments;
-  }();
-  return plain;
+  return t.numel() == 0 || backend().peer_mappable(t.data_ptr());
 }
 
 void peer_copy(int src_device, const void* src, const std::vector<void*>& dsts, std::size_t bytes,

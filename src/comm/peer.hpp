@@ -19,10 +19,10 @@ namespace cudakit::detail {
 // given) then says so.
 bool peer_access(int from, int to, std::string* why = nullptr);
 
-// Whether the memory of `t` is mapped on every peer that enables access: cudaMalloc-style
-// allocations are, the caching allocator's expandable segments and the driver's async pools
-// (cudaMallocAsync backend) are not until granted per peer, and memory someone else owns may
-// be either. Always true where device memory is host memory.
+// Whether the memory of `t` is mapped on every peer that enables access (Backend::
+// peer_mappable: cuMemAlloc-style allocations are, whoever made them — cudakit's default
+// allocator, torch's; expandable segments and cudaMallocAsync pools are not). One driver
+// query per call.
 bool peer_mappable(const Tensor& t);
 
 // Every dsts[k] receives `bytes` bytes from `src`, by a kernel / task on src_device's current

@@ -46,7 +46,10 @@ UniqueId UniqueId::from_bytes(std::string_view data) {
 
 bool engine_available() noexcept {
   try {
-    return detail::backend().comm_engine().available;
+    // Fixed for the process once the backend exists (the library is probed once); comm's
+    // transport choice asks on every call.
+    static const bool available = detail::backend().comm_engine().available;
+    return available;
   } catch (...) {
     return false;
   }

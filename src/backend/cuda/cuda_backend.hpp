@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
   void device_synchronize(int device) override;
   bool can_access_peer(int device, int peer) override;
   void enable_peer_access(int device, int peer) override;
+  bool peer_mappable(const void* ptr) noexcept override;
   std::pair<int, int> stream_priority_range() override;
 
   // ---- telemetry ----

@@ -200,6 +200,7 @@ class EmulatedBackend final : public Backend {
   void device_synchronize(int device) override;
   bool can_access_peer(int device, int peer) override;
   void enable_peer_access(int device, int peer) override;
+  bool peer_mappable(const void*) noexcept override { return true; }  // host memory
   std::pair<int, int> stream_priority_range() override { return {0, -5}; }
 
   int utilization_percent(int device) override;
