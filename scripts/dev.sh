@@ -58,6 +58,7 @@ sanitize() {
 
 # Tests built and run under the sanitizers in CI, one per line (so parallel work merges).
 TSAN_TESTS=(
+  test_comm
   test_emulated_backend
   test_graphs
   test_graphs_hooks
@@ -66,6 +67,7 @@ TSAN_TESTS=(
   test_memory_history
   test_memory_stress
   test_memory_threads
+  test_nccl
   test_nvtx
   test_profiler_trace
   test_sanitizer
@@ -74,6 +76,7 @@ TSAN_TESTS=(
 )
 ASAN_TESTS=(
   test_backend_seam
+  test_comm
   test_graphs
   test_graphs_annotations
   test_graphs_hooks
@@ -89,6 +92,7 @@ ASAN_TESTS=(
   test_memory_pluggable
   test_memory_sizes
   test_memory_stress
+  test_nccl
   test_nvtx
   test_profiler
   test_profiler_trace

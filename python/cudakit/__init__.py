@@ -88,5 +88,7 @@ from . import _graph_annotations  # noqa: E402,F401
 # The stream sanitizer (torch.cuda._sanitizer; CUDAKIT_CUDA_SANITIZER / TORCH_CUDA_SANITIZER
 # enable it when libcudakit loads).
 from . import sanitizer, _sanitizer  # noqa: E402,F401
+# Collectives between devices (torch.cuda.comm) and NCCL (torch.cuda.nccl).
+from . import comm, nccl  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "backend/activity.hpp"
+#include "backend/collectives.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/export.hpp"
 #include "cudakit/libraries.hpp"
@@ -193,6 +194,12 @@ class Backend {
   virtual void device_synchronize(int device) = 0;
   virtual bool can_access_peer(int device, int peer) = 0;
   virtual void enable_peer_access(int device, int peer) = 0;  // idempotent
+  // Whether peer access, once enabled, reaches the allocation holding `ptr`: true for
+  // cuMemAlloc-style memory (what enable_peer_access maps on every peer), false for
+  // virtual-memory mappings (expandable segments) and memory-pool allocations, which need
+  // per-peer access grants; true where device memory is host memory. Never throws (false
+  // when the driver cannot tell).
+  virtual bool peer_mappable(const void* ptr) noexcept = 0;
   virtual std::pair<int, int> stream_priority_range() = 0;    // {least, greatest}
 
   // ---- telemetry (NVML on cuda; the emulated backend's documented model otherwise) --
@@ -375,6 +382,26 @@ class Backend {
   // (mem_alloc) fail in global mode; relaxed lets the caching allocator grow a graph's
   // private pool during capture (ThreadCaptureModeGuard).
   virtual CaptureMode thread_exchange_capture_mode(CaptureMode mode) = 0;
+
+  // ---- collective communication (collectives.hpp: NCCL on cuda, shared memory on emulated) --
+  // The engine's identity; probing loads it (cuda: libnccl). Never throws.
+  virtual CommEngineInfo comm_engine() noexcept = 0;
+  // A new communicator id (ncclGetUniqueId). NotSupportedError when the engine is unusable.
+  virtual nccl::UniqueId comm_unique_id() = 0;
+  // Rank `rank` of `nranks` ranks sharing `id`, on `device` (ncclCommInitRankConfig). A
+  // blocking call returns once every rank has joined (NcclError on failure or timeout); a
+  // non-blocking one at once, its state() initializing until then.
+  virtual std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id,
+                                                      int rank, int device,
+                                                      const CommInitOptions& options) = 0;
+  // One rank per entry of `devices` (distinct devices, rank i on devices[i]), all in this
+  // process (ncclCommInitAll).
+  virtual std::vector<std::shared_ptr<BackendComm>> comm_init_all(
+      const std::vector<int>& devices) = 0;
+  // ncclGroupStart / ncclGroupEnd for the calling thread; groups nest, operations enqueued
+  // inside are launched at the outermost end. group_end without start: ValueError.
+  virtual void comm_group_start() = 0;
+  virtual void comm_group_end() = 0;
 
   // ---- profiler control (cuProfilerStart/Stop: the capture-range hooks of Nsight Systems
   // and Nsight Compute) ----

@@ -3,7 +3,7 @@
 
 namespace cudakit::memory {
 
-__attribute__((tls_model("initial-exec"))) thread_local PendingStack* t_pending = nullptr;
+thread_local PendingStack* t_pending = nullptr;
 
 void AllocTrace::record(const char* action, std::uintptr_t addr, std::size_t size,
                         detail::StreamHandle stream, Block* b) {

@@ -87,6 +87,7 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   if (dd == sd) {
     if (same_dense_layout(*this, src) && data_ptr() == src.data_ptr()) return *this;
     if (same_dense_layout(*this, src) && dd.is_cuda()) {
+      DeviceGuard guard(dd.index);  // a null (legacy) stream handle names the current device's
       sanitize("copy_", dd, {{&src, "src"}}, {{this, "self"}});
       detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), stream_for(dd));
       return *this;
@@ -97,6 +98,9 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   // Different devices (host <-> device, or device <-> device).
   // The copy runs on the current stream of the device side (dst's when both are devices).
   Device cd = dd.is_cuda() ? dd : sd;
+  // Every call below that takes `s` resolves a null (legacy default) handle against the
+  // current device: make it cd.
+  DeviceGuard guard(cd.index);
   detail::StreamHandle s = stream_for(cd);
   bool dense = same_dense_layout(*this, src);
   // Non-dense sources are first converted on their own side into a contiguous buffer of

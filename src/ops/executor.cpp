@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
 
@@ -23,6 +24,10 @@ void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::f
     fn();
     return;
   }
+  // The null handle of a legacy default stream names the current device's: make d current so
+  // the task lands on d's stream (found by comm tests: a cuda:1 fill issued while cuda:0 was
+  // current ran on cuda:0's stream, unordered with cuda:1's work).
+  DeviceGuard guard(d.index);
   // The task keeps only what the caching allocator does not order by stream: host memory
   // (pageable or pinned: on CUDA a pageable copy is synchronous, and the pinned cache guards
   // its blocks with events) and memory someone else owns. cudakit's device blocks are

@@ -11,6 +11,7 @@
 #if defined(CUDAKIT_WITH_KERNELS)
 extern "C" const unsigned char cudakit_fatbin_ops[];
 extern "C" const unsigned char cudakit_fatbin_random[];
+extern "C" const unsigned char cudakit_fatbin_comm[];
 #endif
 
 namespace cudakit::ops {
@@ -34,8 +35,9 @@ detail::FunctionHandle get_kernel(int device, KernelModule m, const char* name) 
   if (auto it = functions.find(key); it != functions.end()) return cache[key] = it->second;
   auto& mod = modules[{device, static_cast<int>(m)}];
   if (!mod) {
-    const void* image = m == KernelModule::ops ? static_cast<const void*>(cudakit_fatbin_ops)
-                                               : static_cast<const void*>(cudakit_fatbin_random);
+    const void* image = m == KernelModule::ops      ? static_cast<const void*>(cudakit_fatbin_ops)
+                        : m == KernelModule::random ? static_cast<const void*>(cudakit_fatbin_random)
+                                                    : static_cast<const void*>(cudakit_fatbin_comm);
     mod = detail::backend().module_load_data(device, image);
   }
   detail::FunctionHandle f = detail::backend().module_get_function(mod, name);

@@ -7,7 +7,7 @@
 
 namespace cudakit::ops {
 
-enum class KernelModule : int { ops = 0, random = 1 };
+enum class KernelModule : int { ops = 0, random = 1, comm = 2 };
 
 // Function `name` of module `m` on `device`. The module is loaded into the device's primary
 // context on first use (once per device). Throws NotSupportedError when the library was

@@ -34,9 +34,9 @@ INTERNAL_EXPORTS = {
                                                  "by get_graph_data() (host_fn_name, dladdr)",
 }
 # Nested namespaces of the public API (symbols in them are public).
-PUBLIC_NAMESPACES = ("cudakit::dlpack::", "cudakit::graph_annotations::", "cudakit::jiterator::",
-                     "cudakit::nvtx::", "cudakit::profiler::", "cudakit::sanitizer::",
-                     "cudakit::tunable::")
+PUBLIC_NAMESPACES = ("cudakit::comm::", "cudakit::dlpack::", "cudakit::graph_annotations::",
+                     "cudakit::jiterator::", "cudakit::nccl::", "cudakit::nvtx::",
+                     "cudakit::profiler::", "cudakit::sanitizer::", "cudakit::tunable::")
 PLUGIN_C_ABI = {"cudakit_malloc", "cudakit_free", "cudakit_record_stream", "cudakit_last_error"}
 
 pytestmark = pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
@@ -82,6 +82,22 @@ def classify(name: str) -> str | None:
         if sym.startswith(prefix):
             return "internal"
     return None
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
+def test_libcudakit_is_not_static_tls():
+    """An initial-exec thread_local marks the library STATIC_TLS: all of its thread_locals must
+    then fit in the ~1.6 KB of static TLS glibc keeps for dlopen'ed libraries, shared with other
+    extensions (`import cudakit` failed with "cannot allocate memory in static TLS block" once
+    they grew past it). src/memory/alloc_trace.hpp says why the default model is used."""
+    lib = library("CUDAKIT_LIBRARY")
+    out = subprocess.run(["readelf", "-dW", str(lib)], check=True, capture_output=True,
+                         text=True).stdout
+    flags = [line for line in out.splitlines() if "(FLAGS)" in line]
+    assert not any("STATIC_TLS" in line for line in flags), (
+        "libcudakit.so is STATIC_TLS: a thread_local declared with "
+        "__attribute__((tls_model(\"initial-exec\"))) (or built with -ftls-model=initial-exec); "
+        "use the default model")
 
 
 def test_libcudakit_exports_only_cudakit_symbols():

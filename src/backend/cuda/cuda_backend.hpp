@@ -5,8 +5,9 @@
 // cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
 // cuda_runtime_modules.cpp (jiterator modules compiled by NVRTC, nvrtc.cpp),
 // cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML), cuda_math.cpp
-// (cuBLAS / cuSOLVER, capabilities, library report) and cupti_activity.cpp (the tracer's CUPTI
-// activity session). Every run-time-loaded library goes through library_loader.hpp.
+// (cuBLAS / cuSOLVER, capabilities, library report), cupti_activity.cpp (the tracer's CUPTI
+// activity session) and cuda_collectives.cpp (NCCL). Every run-time-loaded library goes
+// through library_loader.hpp.
 //
 // Contexts: every device uses its primary context, retained once on first use and never
 // released (the process keeps it until exit; releasing at exit would call the driver during
@@ -55,6 +56,7 @@ class CudaBackend final : public Backend {
   void device_synchronize(int device) override;
   bool can_access_peer(int device, int peer) override;
   void enable_peer_access(int device, int peer) override;
+  bool peer_mappable(const void* ptr) noexcept override;
   std::pair<int, int> stream_priority_range() override;
 
   // ---- telemetry ----
@@ -162,6 +164,15 @@ class CudaBackend final : public Backend {
   ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) override;
   void activity_flush() override;
   void activity_stop() noexcept override;
+
+  // ---- collective communication (cuda_collectives.cpp, NCCL) ----
+  CommEngineInfo comm_engine() noexcept override;
+  nccl::UniqueId comm_unique_id() override;
+  std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id, int rank,
+                                              int device, const CommInitOptions& options) override;
+  std::vector<std::shared_ptr<BackendComm>> comm_init_all(const std::vector<int>& devices) override;
+  void comm_group_start() override;
+  void comm_group_end() override;
 
   // ---- helpers shared by the topic files ----
 

@@ -241,6 +241,24 @@ bool CudaBackend::can_access_peer(int device, int peer) {
   return can != 0;
 }
 
+bool CudaBackend::peer_mappable(const void* ptr) noexcept {
+  if (!ptr) return false;
+  const DriverState& s = driver();
+  if (!s.available) return false;
+  // cudaIpcGetMemHandle-capable means a cuMemAlloc allocation: exactly the memory that
+  // cuCtxEnablePeerAccess maps on the peer.
+  int legacy = 0;
+  try {
+    CUresult rc = with_context_retry("peer_mappable", [&] {
+      return s.api.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                         reinterpret_cast<CUdeviceptr>(ptr));
+    });
+    return rc == CUDA_SUCCESS && legacy != 0;
+  } catch (...) {  // no context could be made current: cannot tell
+    return false;
+  }
+}
+
 void CudaBackend::enable_peer_access(int device, int peer) {
   if (device == peer) {
     cu_device(device, "enable_peer_access");

@@ -11,6 +11,7 @@
 #include "backend/cuda/cupti.hpp"
 #include "backend/cuda/cublaslt.hpp"
 #include "backend/cuda/math_libraries.hpp"
+#include "backend/cuda/nccl_api.hpp"
 #include "backend/cuda/nvml_api.hpp"
 #include "backend/cuda/nvrtc.hpp"
 #include "cudakit/error.hpp"
@@ -53,6 +54,7 @@ std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
     out.push_back(cupti().lib.info());  // loads CUPTI: a report is an explicit request
     out.push_back(nvrtc().lib.info());
     out.push_back(cublaslt().lib.info());
+    out.push_back(nccl().lib.info());
   } catch (...) {  // allocation failure while copying strings: report what we have
   }
   return out;

@@ -13,6 +13,7 @@
 //   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
 //   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
 //   activity.cpp  activity records for the profiler's tracer (its host tasks are the kernels)
+//   collectives.cpp, comm_engine.cpp  NCCL's communicators over shared memory
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -215,6 +216,7 @@ class EmulatedBackend final : public Backend {
   void device_synchronize(int device) override;
   bool can_access_peer(int device, int peer) override;
   void enable_peer_access(int device, int peer) override;
+  bool peer_mappable(const void*) noexcept override { return true; }  // host memory
   std::pair<int, int> stream_priority_range() override { return {0, -5}; }
 
   int utilization_percent(int device) override;
@@ -307,6 +309,14 @@ class EmulatedBackend final : public Backend {
 
   void profiler_start() override;
   void profiler_stop() override;
+
+  CommEngineInfo comm_engine() noexcept override;
+  nccl::UniqueId comm_unique_id() override;
+  std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id, int rank,
+                                              int device, const CommInitOptions& options) override;
+  std::vector<std::shared_ptr<BackendComm>> comm_init_all(const std::vector<int>& devices) override;
+  void comm_group_start() override;
+  void comm_group_end() override;
 
   ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) override;
   void activity_flush() override {}  // records are delivered as the work runs

@@ -1,0 +1,139 @@
+#include "comm/peer.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+
+#include "backend/backend.hpp"
+#include "cudakit/device.hpp"
+#include "cudakit/error.hpp"
+#include "kernels/reduce.hpp"
+#include "ops/dispatch.hpp"
+#include "ops/executor.hpp"
+#include "ops/kernels.hpp"
+
+namespace cudakit::detail {
+namespace {
+
+constexpr unsigned kBlock = 512;       // = __launch_bounds__ of the kernels in comm.cu
+constexpr int kUnroll = 4;             // 16-byte vectors per thread per iteration (upper bound)
+constexpr int kCopyBlocksPerSm = 2;    // = ck_peer_copy's minimum blocks per SM
+constexpr int kReduceBlocksPerSm = 1;  // = ck_peer_reduce_*'s
+
+// Per ordered pair: 0 unknown, 1 enabled, -1 impossible.
+std::atomic<signed char>& pair_state(int from, int to) {
+  static std::array<std::atomic<signed char>, kMaxDevices * kMaxDevices> states{};
+  return states[static_cast<std::size_t>(from * kMaxDevices + to)];
+}
+
+// Kernel handles per device: slot 0 the copy, 1 + dtype code the reductions.
+std::atomic<FunctionHandle>& handle_slot(int device, int slot) {
+  static std::array<std::array<std::atomic<FunctionHandle>, 1 + kNumDTypes>, kMaxDevices> t{};
+  return t[static_cast<std::size_t>(device)][static_cast<std::size_t>(slot)];
+}
+
+FunctionHandle kernel(int device, int slot, const std::string& name) {
+  auto& h = handle_slot(device, slot);
+  FunctionHandle f = h.load(std::memory_order_acquire);
+  if (!f) {
+    f = ops::get_kernel(device, ops::KernelModule::comm, name.c_str());
+    h.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+// One resident wave (the kernels loop over the data): more blocks would only queue behind it.
+Dim3 grid(int device, std::int64_t vectors, int blocks_per_sm) {
+  const std::int64_t sms = std::max(1, get_device_properties(device).multi_processor_count);
+  const std::int64_t need = (vectors + std::int64_t{kBlock} * kUnroll - 1) / (std::int64_t{kBlock} * kUnroll);
+  return Dim3{static_cast<unsigned>(std::clamp<std::int64_t>(need, 1, sms * blocks_per_sm)), 1, 1};
+}
+
+bool runs_kernels() {
+  static const bool k = backend().capabilities().runs_kernels;  // fixed for the process
+  return k;
+}
+
+}  // namespace
+
+bool peer_access(int from, int to, std::string* why) {
+  if (from == to) return true;
+  auto& st = pair_state(from, to);
+  signed char s = st.load(std::memory_order_acquire);
+  if (s == 0) {
+    Backend& be = backend();
+    if (!be.can_access_peer(from, to)) {
+      s = -1;
+    } else {
+      be.enable_peer_access(from, to);  // idempotent; maps every allocation of `to` in `from`
+      s = 1;
+    }
+    st.store(s, std::memory_order_release);
+  }
+  if (s < 0 && why) {
+    *why = "cuda:" + std::to_string(from) + " has no peer access to cuda:" + std::to_string(to);
+  }
+  return s > 0;
+}
+
+bool peer_mappable(const Tensor& t) {
+  return t.numel() == 0 || backend().peer_mappable(t.data_ptr());
+}
+
+void peer_copy(int src_device, const void* src, const std::vector<void*>& dsts, std::size_t bytes,
+               std::shared_ptr<const void> keep) {
+  if (bytes == 0 || dsts.empty()) return;
+  if (dsts.size() > static_cast<std::size_t>(ops::kMaxPeerBuffers)) {
+    throw NotSupportedError("peer copy: at most " + std::to_string(ops::kMaxPeerBuffers) +
+                            " destinations per launch");
+  }
+  ops::PeerCopyArgs a{};
+  a.src = src;
+  a.ndst = static_cast<int>(dsts.size());
+  for (std::size_t k = 0; k < dsts.size(); ++k) a.dst[k] = dsts[k];
+  a.bytes = static_cast<std::int64_t>(bytes);
+  const Device d = Device::cuda(src_device);
+  if (!runs_kernels()) {
+    ops::run_cpu(d, {}, [a, keep = std::move(keep)] {
+      for (int k = 0; k < a.ndst; ++k) std::memcpy(a.dst[k], a.src, static_cast<std::size_t>(a.bytes));
+    }, "ck_peer_copy");
+    return;
+  }
+  FunctionHandle f = kernel(src_device, 0, "ck_peer_copy");
+  void* params[] = {&a};
+  DeviceGuard guard(src_device);  // the function belongs to src_device's context
+  backend().launch_kernel(f, grid(src_device, a.bytes / 16 + 1, kCopyBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
+                          ops::stream_for(d), params);
+}
+
+void peer_reduce(int dst_device, void* out, const std::vector<const void*>& inputs, std::int64_t n,
+                 DType dtype, std::shared_ptr<const void> keep) {
+  if (n == 0) return;
+  if (inputs.empty() || inputs.size() > static_cast<std::size_t>(ops::kMaxPeerBuffers)) {
+    throw NotSupportedError("peer reduction: 1 to " + std::to_string(ops::kMaxPeerBuffers) +
+                            " inputs per launch");
+  }
+  ops::PeerReduceArgs a{};
+  a.out = out;
+  a.nin = static_cast<int>(inputs.size());
+  for (std::size_t k = 0; k < inputs.size(); ++k) a.in[k] = inputs[k];
+  a.n = n;
+  a.op = ops::kRedSum;
+  const int code = static_cast<int>(dtype);
+  const Device d = Device::cuda(dst_device);
+  if (!runs_kernels()) {
+    ops::run_cpu(d, {}, [a, code, keep = std::move(keep)] {
+      ops::reduce_host(code, a.op, a.out, a.in, a.nin, a.n);
+    }, "ck_peer_reduce");
+    return;
+  }
+  FunctionHandle f = kernel(dst_device, 1 + code, std::string("ck_peer_reduce_") + ops::dtype_suffix(code));
+  void* params[] = {&a};
+  DeviceGuard guard(dst_device);
+  const std::int64_t per_vec = element_size(dtype) >= 16 ? 1 : 16 / static_cast<std::int64_t>(element_size(dtype));
+  backend().launch_kernel(f, grid(dst_device, n / per_vec + 1, kReduceBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
+                          ops::stream_for(d), params);
+}
+
+}  // namespace cudakit::detail
