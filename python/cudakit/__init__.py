@@ -82,6 +82,8 @@ from .graphs import (  # noqa: E402,F401
     make_graphed_callables,
 )
 from . import graph_annotations  # noqa: E402,F401
+# GPUDirect Storage and green contexts (torch.cuda.gds, torch.cuda.green_contexts).
+from . import gds, green_contexts  # noqa: E402,F401
 from . import _graph_annotations  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -38,6 +38,8 @@ inline constexpr int interop = 42;  // NumPy / DLPack / CUDA array interface (ad
 inline constexpr int factories = 44;  // empty, zeros, tensor, asarray, ... (use interop)
 inline constexpr int random = 46;   // Generator, rand/randn/randint
 inline constexpr int graphs = 50;   // CUDA graphs (uses streams, memory pools, Generator)
+inline constexpr int green_contexts = 54;  // _GreenContext (returns Stream)
+inline constexpr int gds = 56;      // _GdsFile, _GdsRequest, buffer registration (use Tensor)
 }  // namespace order
 
 }  // namespace cudakit::python

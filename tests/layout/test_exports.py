@@ -34,8 +34,8 @@ INTERNAL_EXPORTS = {
                                                  "by get_graph_data() (host_fn_name, dladdr)",
 }
 # Nested namespaces of the public API (symbols in them are public).
-PUBLIC_NAMESPACES = ("cudakit::dlpack::", "cudakit::graph_annotations::", "cudakit::nvtx::",
-                     "cudakit::profiler::")
+PUBLIC_NAMESPACES = ("cudakit::dlpack::", "cudakit::gds::", "cudakit::graph_annotations::",
+                     "cudakit::nvtx::", "cudakit::profiler::")
 PLUGIN_C_ABI = {"cudakit_malloc", "cudakit_free", "cudakit_record_stream", "cudakit_last_error"}
 
 pytestmark = pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")

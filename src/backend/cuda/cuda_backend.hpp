@@ -3,8 +3,9 @@
 // Method bodies are split by topic: cuda_devices.cpp (identity, devices, contexts),
 // cuda_memory.cpp (allocation, VM, copies), cuda_streams.cpp (streams, events, IPC),
 // cuda_graphs.cpp (capture, graphs), cuda_kernels.cpp (modules, launches),
-// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML) and cuda_math.cpp
-// (cuBLAS / cuSOLVER, capabilities, library report). Every run-time-loaded library goes
+// cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML), cuda_math.cpp
+// (cuBLAS / cuSOLVER, capabilities, library report), cuda_green_contexts.cpp (SM partitions)
+// and cuda_gds.cpp (cuFile). Every run-time-loaded library goes
 // through library_loader.hpp.
 //
 // Contexts: every device uses its primary context, retained once on first use and never
@@ -139,6 +140,23 @@ class CudaBackend final : public Backend {
   std::uint32_t graph_exec_id(GraphExecHandle g) override;
   std::size_t stream_capture_node_count(StreamHandle s) override;
   CaptureMode thread_exchange_capture_mode(CaptureMode mode) override;
+
+  // ---- green contexts (cuda_green_contexts.cpp) ----
+  SmResourceInfo device_sm_resource(int device) override;
+  GreenContextHandle green_context_create(int device, int sm_count, int* granted) override;
+  void green_context_destroy(GreenContextHandle g) override;
+  StreamHandle green_context_stream_create(GreenContextHandle g, int priority) override;
+
+  // ---- GPUDirect Storage (cuda_gds.cpp, cuFile) ----
+  GdsStatus gds_status() noexcept override;
+  GdsFileHandle gds_file_register(int fd, std::string* why) override;
+  void gds_file_deregister(GdsFileHandle h) override;
+  void gds_buffer_register(void* ptr, std::size_t bytes) override;
+  void gds_buffer_deregister(void* ptr) override;
+  std::size_t gds_read(GdsFileHandle h, void* dst, std::size_t bytes,
+                       std::int64_t file_offset) override;
+  std::size_t gds_write(GdsFileHandle h, const void* src, std::size_t bytes,
+                        std::int64_t file_offset) override;
 
   // ---- profiler control (cuda_profiler.cpp) ----
   void profiler_start() override;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/cufile_api.hpp"
 #include "backend/cuda/math_libraries.hpp"
 #include "backend/cuda/nvml_api.hpp"
 #include "cudakit/error.hpp"
@@ -46,6 +47,7 @@ std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
     out.push_back(nvml::nvml().lib.info());
     out.push_back(cublas().lib.info());
     out.push_back(cusolver().lib.info());
+    out.push_back(cufile().lib.info());
   } catch (...) {  // allocation failure while copying strings: report what we have
   }
   return out;

@@ -11,6 +11,8 @@
 //   telemetry.cpp the telemetry model (utilization measured, sensors derived from it)
 //   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
 //   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
+//   green_contexts.cpp  SM partitions (the counts and rules of a Hopper-class device)
+//   gds.cpp       GPUDirect Storage: absent (cudakit.gds takes its compat path)
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -281,7 +283,37 @@ class EmulatedBackend final : public Backend {
   void profiler_start() override;
   void profiler_stop() override;
 
+  SmResourceInfo device_sm_resource(int device) override;
+  GreenContextHandle green_context_create(int device, int sm_count, int* granted) override;
+  void green_context_destroy(GreenContextHandle g) override;
+  StreamHandle green_context_stream_create(GreenContextHandle g, int priority) override;
+
+  GdsStatus gds_status() noexcept override;
+  GdsFileHandle gds_file_register(int fd, std::string* why) override;
+  void gds_file_deregister(GdsFileHandle h) override;
+  void gds_buffer_register(void* ptr, std::size_t bytes) override;
+  void gds_buffer_deregister(void* ptr) override;
+  std::size_t gds_read(GdsFileHandle h, void* dst, std::size_t bytes,
+                       std::int64_t file_offset) override;
+  std::size_t gds_write(GdsFileHandle h, const void* src, std::size_t bytes,
+                        std::int64_t file_offset) override;
+
+  // Every emulated device has this many SMs (an H100/H200's count; device_info reports it).
+  static constexpr int kSmCount = 132;
+
  private:
+  // ---- green contexts ----
+  struct GreenContext {
+    static constexpr std::uint64_t kMagic = 0x6E65657247756B63ull;
+    std::uint64_t magic = kMagic;
+    int device = 0;
+    int sm_count = 0;
+    ~GreenContext() { magic = 0; }
+  };
+  GreenContext& green_context(GreenContextHandle g);  // throws invalid_context
+  std::mutex green_mu_;
+  std::unordered_map<void*, std::unique_ptr<GreenContext>> green_contexts_;
+
   // ---- devices ----
   Device& dev(int device);  // throws invalid_device
   // ---- memory ----
