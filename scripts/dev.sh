@@ -59,8 +59,10 @@ sanitize() {
 # Tests built and run under the sanitizers in CI, one per line (so parallel work merges).
 TSAN_TESTS=(
   test_emulated_backend
+  test_gds
   test_graphs
   test_graphs_hooks
+  test_green_contexts
   test_memory_fuzz
   test_memory_history
   test_memory_stress
@@ -70,10 +72,12 @@ TSAN_TESTS=(
 )
 ASAN_TESTS=(
   test_backend_seam
+  test_gds
   test_graphs
   test_graphs_annotations
   test_graphs_hooks
   test_graphs_seam
+  test_green_contexts
   test_memory_allocator
   test_memory_free_index
   test_memory_fuzz
