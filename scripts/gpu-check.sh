@@ -76,10 +76,14 @@ TRACES=${TRACES_DIR:-traces}
     echo "pinned_vs_torch did not build:"; tail -20 "$OUT/pinned_vs_torch-build.log"
   fi
   echo "## Python benchmarks (cuda backend, side by side with torch)"
-  for s in bench/python/bench_*.py bench/tensor/bench_*.py bench/graphs/bench_*.py; do
+  for s in bench/python/bench_*.py bench/tensor/bench_*.py bench/graphs/bench_*.py \
+           bench/green_contexts/bench_*.py; do
     echo "### $s"
     CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1
   done
+  echo "### bench/gds/bench_gds.py (1 GiB on the local disk; page cache and cold)"
+  CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 600 "$PY" bench/gds/bench_gds.py \
+    --size-mib 1024 --repeat 2 --dir "${CUDAKIT_BENCH_DIR:-$PWD}" 2>&1
   if [ "${SKIP_TRACES:-0}" != 1 ]; then
     echo "## New allocation traces recorded from torch workloads"
     mkdir -p "$TRACES"

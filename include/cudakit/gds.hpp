@@ -13,8 +13,8 @@
 // compat), "gds" (gds or an error saying why not). The emulated backend has no cuFile, so it
 // always takes the compat path. Tuning of the compat engine (read once, at first use):
 // CUDAKIT_GDS_THREADS (I/O threads, default 8), CUDAKIT_GDS_CHUNK (bytes per transfer, "8M"
-// default, K/M/G suffixes), CUDAKIT_GDS_DIRECT ("auto": O_DIRECT where allowed, except reads
-// of cached pages; "always"; "never").
+// default, K/M/G suffixes), CUDAKIT_GDS_DIRECT ("auto": O_DIRECT reads where allowed, except
+// of pages already cached, and buffered writes; "always": O_DIRECT for both; "never").
 //
 // Synchronous calls (load/save: torch's load_storage/save_storage) return when every byte has
 // moved, after the work already enqueued on the device's current stream (which may still be

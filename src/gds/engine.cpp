@@ -122,8 +122,12 @@ void read_chunk(const FileDescriptors& f, DirectPolicy policy, char* buf, bool b
 
 void write_chunk(const FileDescriptors& f, DirectPolicy policy, const char* buf,
                  bool buf_aligned, std::uint64_t offset, std::size_t bytes) {
+  // Writes use O_DIRECT only when asked to ("always"): buffered writes return at memory
+  // speed into the page cache (as the plain path and torch.save do; durability is fsync's
+  // job), while O_DIRECT ones run at the device's speed, slower than that on network or
+  // cloud disks.
   bool direct = f.direct >= 0 && buf_aligned && offset % kBlock == 0 &&
-                bytes % kBlock == 0 && policy != DirectPolicy::never;
+                bytes % kBlock == 0 && policy == DirectPolicy::always;
   std::size_t done = 0;
   while (done < bytes) {
     const int fd = direct ? f.direct : f.buffered;

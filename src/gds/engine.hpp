@@ -6,10 +6,12 @@
 // thread's stream; a write chunk is copied D2H, then pwrite()n. A thread starts its next chunk
 // before it waits for the previous chunk's copy, so disk I/O and copies overlap within a
 // thread, and the threads' chunks overlap with each other (queue depth = threads).
-//   * O_DIRECT for chunks whose file offset (and, for writes, length) is block-aligned, on
-//     file systems that accept it; buffered I/O for the unaligned head and tail. Reads of
-//     chunks already in the page cache (mincore) stay buffered: a memcpy out of the cache
-//     beats re-reading the disk, which is what O_DIRECT would do.
+//   * Reads: O_DIRECT for block-aligned chunks on file systems that accept it, buffered for
+//     an unaligned head. Chunks already in the page cache (mincore) are read buffered: a
+//     memcpy out of the cache beats re-reading the disk, which is what O_DIRECT would do.
+//   * Writes: buffered by default (into the page cache, at memory speed, as the plain path
+//     and torch.save); CUDAKIT_GDS_DIRECT=always writes aligned chunks with O_DIRECT (no
+//     page-cache pollution, device speed), which the benchmark reports side by side.
 //   * Measured on the H200 host: see docs/performance.md (bench/gds/bench_gds.py).
 // GDS path (cuFile). The same chunks, each a cuFileRead/cuFileWrite on a pool thread, so
 // cuFile sees parallel requests.
