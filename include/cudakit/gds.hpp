@@ -22,8 +22,8 @@
 // on the stream runs after the transfer, and the returned IoRequest reports completion and
 // errors. Stream capture of either is refused (file I/O runs on host threads).
 //
-// Thread-safety: File methods may be called from several threads at once, except that
-// register_handle/deregister_handle/close must not race with transfers on the same File.
+// Thread-safety: File methods may be called from several threads at once; a transfer
+// started before deregister_handle/close completes on the registration it started with.
 // Transfers on overlapping file ranges or tensors are not ordered with each other (as for
 // pread/pwrite). The buffer registry is thread-safe.
 #pragma once
@@ -70,7 +70,9 @@ class File {
   // registers the handle. IoError (errno, path) when open fails; ValueError for O_APPEND
   // (transfers write at explicit offsets).
   File(const std::string& path, int flags, unsigned mode = 0644);
-  ~File();  // deregisters and closes; waits for this file's transfers in flight
+  // Deregisters and closes. Transfers in flight keep the descriptors (and the cuFile
+  // registration) until they finish.
+  ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
@@ -87,7 +89,7 @@ class File {
   const std::string& path() const noexcept;
   int flags() const noexcept;
   std::uint64_t size() const;  // current size in bytes (fstat)
-  void close();                // deregisters (if registered) and closes; idempotent
+  void close();  // deregisters (if registered) and closes, as ~File; idempotent
 
   // Reads `bytes` bytes at `offset` into device memory `dst` / writes them from `src`.
   // ValueError for host memory, a read past the end of the file (naming its size) or a file

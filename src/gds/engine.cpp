@@ -237,9 +237,9 @@ class Engine {
       if (f.chunk.job->ready.is_created()) be.event_synchronize(f.chunk.job->ready.handle());
       if (be.current_device() != t.device) be.set_current_device(t.device);
       std::size_t moved =
-          t.read ? be.gds_read(t.gds, f.chunk.device_ptr(), f.chunk.bytes,
+          t.read ? be.gds_read(t.gds->handle, f.chunk.device_ptr(), f.chunk.bytes,
                                static_cast<std::int64_t>(f.chunk.file_offset))
-                 : be.gds_write(t.gds, f.chunk.device_ptr(), f.chunk.bytes,
+                 : be.gds_write(t.gds->handle, f.chunk.device_ptr(), f.chunk.bytes,
                                 static_cast<std::int64_t>(f.chunk.file_offset));
       if (moved != f.chunk.bytes) {
         throw Error(std::string(t.read ? "cuFileRead" : "cuFileWrite") + " moved " +
@@ -314,6 +314,14 @@ Engine& engine() {
 }
 
 }  // namespace
+
+GdsRegistration::~GdsRegistration() {
+  if (!handle || detail::is_shutting_down()) return;
+  try {
+    detail::backend().gds_file_deregister(handle);
+  } catch (...) {  // destructors never throw
+  }
+}
 
 FileDescriptors::~FileDescriptors() {
   if (direct >= 0) ::close(direct);

@@ -67,6 +67,13 @@ struct FileDescriptors {
   ~FileDescriptors();
 };
 
+// A file's cuFile registration, shared by the File and its transfers in flight:
+// cuFileHandleDeregister runs when the last of them lets go, never under a running transfer.
+struct GdsRegistration {
+  detail::GdsFileHandle handle = nullptr;
+  ~GdsRegistration();
+};
+
 struct Transfer {
   bool read = true;
   int device = 0;
@@ -74,7 +81,7 @@ struct Transfer {
   std::uint64_t file_offset = 0;
   std::size_t bytes = 0;
   std::shared_ptr<const FileDescriptors> files;
-  detail::GdsFileHandle gds = nullptr;  // non-null: the GDS path
+  std::shared_ptr<const GdsRegistration> gds;  // non-null: the GDS path
   std::shared_ptr<const void> keep_alive;  // the tensor's storage
 };
 

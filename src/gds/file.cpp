@@ -43,18 +43,12 @@ struct File::Impl {
   bool registered = false;
   IoPath io = IoPath::compat;
   std::string compat_reason;
-  detail::GdsFileHandle gds = nullptr;
+  std::shared_ptr<io::GdsRegistration> gds;  // the gds path; transfers share it
 
   int primary_fd() const { return files ? (files->direct >= 0 ? files->direct : files->buffered) : -1; }
 
   void deregister_locked() {
-    if (gds) {
-      try {
-        detail::backend().gds_file_deregister(gds);
-      } catch (...) {  // deregistration is best effort (destructors, close)
-      }
-    }
-    gds = nullptr;
+    gds.reset();  // cuFileHandleDeregister once the transfers in flight are done
     registered = false;
     compat_reason.clear();
   }
@@ -146,7 +140,10 @@ void File::register_handle() {
   if (policy != Policy::compat) {
     detail::GdsStatus status = be.gds_status();
     if (status.available) {
-      impl_->gds = be.gds_file_register(impl_->primary_fd(), &why);
+      if (detail::GdsFileHandle h = be.gds_file_register(impl_->primary_fd(), &why)) {
+        impl_->gds = std::make_shared<io::GdsRegistration>();
+        impl_->gds->handle = h;
+      }
     } else {
       why = status.reason;
     }
@@ -186,7 +183,7 @@ const std::string& File::compat_reason() const noexcept { return impl_->compat_r
 std::uintptr_t File::handle() const noexcept {
   std::lock_guard lock(impl_->mu);
   if (!impl_->registered) return 0;
-  if (impl_->gds) return reinterpret_cast<std::uintptr_t>(impl_->gds);
+  if (impl_->gds) return reinterpret_cast<std::uintptr_t>(impl_->gds->handle);
   return static_cast<std::uintptr_t>(impl_->primary_fd());
 }
 

@@ -248,6 +248,22 @@ TEST_F(Gds, StreamOrderedTransfersFollowTheStream) {
   EXPECT_THROW(f.read_into(u, f.size(), s), ValueError);
 }
 
+TEST_F(Gds, ClosingDuringATransferLetsItFinish) {
+  std::string p = path("closing.bin");
+  Tensor src = pattern(6 * 65536 + 5, 8);
+  Stream s;
+  gds::IoRequest req;
+  {
+    gds::File f(p, O_CREAT | O_RDWR);
+    s.launch_host_func([] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+    req = f.write_from(src, 3, s);
+    f.close();  // and destroyed: the transfer keeps what it needs
+    EXPECT_THROW(f.save(src, 0), Error);
+  }
+  EXPECT_EQ(req.wait(), src.nbytes());
+  EXPECT_EQ(file_bytes(p, 3, src.nbytes()), bytes_of(src));
+}
+
 TEST_F(Gds, CaptureIsRefused) {
   gds::File f(path("cap.bin"), O_CREAT | O_RDWR);
   Tensor t = pattern(4096, 6);
