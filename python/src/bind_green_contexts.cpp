@@ -19,8 +19,22 @@ void set_context(GreenContext& g) { g.set_context(); }
 void pop_context(GreenContext& g) { g.pop_context(); }
 #pragma GCC diagnostic pop
 
+// Destroying a context waits for its streams' work: without the GIL, since that work may
+// include Python host functions that need it.
+struct ReleaseGilDeleter {
+  void operator()(GreenContext* g) const {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete g;
+    } else {
+      delete g;
+    }
+  }
+};
+using Holder = std::unique_ptr<GreenContext, ReleaseGilDeleter>;
+
 void bind(py::module_& m) {
-  py::class_<GreenContext>(m, "_GreenContext", R"doc(
+  py::class_<GreenContext, Holder>(m, "_GreenContext", R"doc(
 A partition of a device's SMs (cudakit::GreenContext). Use cudakit.green_contexts.GreenContext.)doc")
       .def_static(
           "create",
@@ -28,7 +42,7 @@ A partition of a device's SMs (cudakit::GreenContext). Use cudakit.green_context
             const int n = to_int(num_sms, Arg{"GreenContext.create", "num_sms"});
             const int d = cuda_index(device, Arg{"GreenContext.create", "device_id"});
             py::gil_scoped_release nogil;
-            return std::make_unique<GreenContext>(GreenContext::create(n, d));
+            return Holder(new GreenContext(GreenContext::create(n, d)));
           },
           py::arg("num_sms"), py::arg("device_id") = py::none())
       .def_static(

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,7 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 struct Job {
   Transfer t;
   Event ready;  // recorded on the caller's stream: chunks' device work waits for it
+  std::atomic<bool> ready_seen{false};  // `ready` completed (sticky once true)
   std::atomic<std::size_t> remaining{0};
   std::mutex error_mu;
   std::exception_ptr error;
@@ -181,13 +183,45 @@ class Engine {
     int slot = 0;
   };
 
+  // Whether the work before the transfer on the caller's stream is done. Never throws: a
+  // failing query (a sticky device error) lets the chunk run and report that error.
+  static bool is_ready(Job& job) {
+    if (job.ready_seen.load(std::memory_order_acquire)) return true;
+    bool done = true;
+    try {
+      done = job.ready.is_done();
+    } catch (...) {
+    }
+    if (done) job.ready_seen.store(true, std::memory_order_release);
+    return done;
+  }
+
+  // The first queued chunk whose transfer is ready, in FIFO order. A chunk is started only
+  // once the caller's stream reached the transfer, so a worker never blocks on a copy that
+  // waits for the device: such a wait could hang behind another transfer's stream gate (a
+  // host task, which on cuda shares the driver's callback thread with every other host task)
+  // while that transfer's chunks sit in the queue behind this one.
   std::optional<Chunk> pop(bool block) {
     std::unique_lock lock(mu_);
-    if (block) cv_.wait(lock, [&] { return !queue_.empty(); });
-    if (queue_.empty()) return std::nullopt;
-    Chunk c = std::move(queue_.front());
-    queue_.pop_front();
-    return c;
+    for (;;) {
+      const Job* not_ready = nullptr;
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (it->job.get() == not_ready) continue;  // a job's chunks are contiguous
+        if (!is_ready(*it->job)) {
+          not_ready = it->job.get();
+          continue;
+        }
+        Chunk c = std::move(*it);
+        queue_.erase(it);
+        return c;
+      }
+      if (!block) return std::nullopt;
+      if (queue_.empty()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(1));  // poll the streams of queued work
+      }
+    }
   }
 
   void prepare(Worker& w, Slot& s, int device) {

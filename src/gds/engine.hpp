@@ -17,8 +17,10 @@
 // cuFile sees parallel requests.
 //
 // Ordering: every chunk's device work waits (device-side) for `ready`, an event recorded on
-// the caller's stream, so a transfer never overtakes work enqueued before it. Completion is
-// reported through the IoRequest state once all chunks' copies have finished.
+// the caller's stream, so a transfer never overtakes work enqueued before it; and a worker
+// takes a chunk only once `ready` has completed (queued chunks are polled), so it never blocks
+// on the device while other transfers' chunks wait (see pop()). Completion is reported
+// through the IoRequest state once all chunks' copies have finished.
 //
 // Rejected: one thread per transfer with double buffering (1 GiB loads from the page cache
 // are memcpy-bound: one thread tops out near 5 GiB/s), and io_uring (not in every kernel

@@ -4,7 +4,8 @@
 // read past the end, wrong open flags, host memory, registration state, CUDAKIT_GDS).
 // Runs on the emulated backend in CI (the compat path) and on the GPU with
 // CUDAKIT_TEST_BACKEND=cuda (gds or compat, whichever the machine allows). ctest runs it
-// again with CUDAKIT_GDS_DIRECT=never and =always.
+// again with CUDAKIT_GDS_DIRECT=never and =always, and with CUDAKIT_EMULATED_GDS=1 (the
+// emulated backend's model of a GDS machine: the gds path).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -26,6 +27,7 @@
 #include "gds/engine.hpp"
 #include "gds/policy.hpp"
 #include "graphs_test_util.hpp"
+#include "hang_watchdog.hpp"
 
 using namespace cudakit;
 using namespace cudakit::graphs_test;
@@ -105,6 +107,42 @@ TEST_F(Gds, RoundTripAtAlignedAndUnalignedOffsets) {
     }
   }
   EXPECT_EQ(f.size(), end);
+}
+
+// Where GDS is available (a GDS machine, or the emulated backend with CUDAKIT_EMULATED_GDS=1,
+// which ctest runs as cpp.test_gds.emulated_gds) files on O_DIRECT file systems take the gds
+// path: cuFile handles, cuFile calls per chunk, cuFile buffer registration.
+TEST_F(Gds, GdsPathWhereAvailable) {
+  if (!gds::is_available()) GTEST_SKIP() << "no GDS: " << gds::unavailable_reason();
+  gds::File f(path("gds.bin"), O_CREAT | O_RDWR);
+  if (f.io_path() == gds::IoPath::compat) {
+    // Registration was refused for this file system (no O_DIRECT, or cuFile said no).
+    EXPECT_NE(f.compat_reason().find("cuFileHandleRegister"), std::string::npos)
+        << f.compat_reason();
+    GTEST_SKIP() << "this file system takes the compat path: " << f.compat_reason();
+  }
+  EXPECT_TRUE(f.compat_reason().empty());
+  EXPECT_NE(f.handle(), static_cast<std::uintptr_t>(f.fd()));
+  Tensor src = pattern(3 * 65536 + 77, 21);
+  gds::register_buffer(src);
+  f.save(src, 11);
+  Tensor dst = zeros({src.numel()}, device_options(DType::uint8));
+  f.load(dst, 11);
+  EXPECT_EQ(bytes_of(dst), bytes_of(src));
+  Stream s;
+  Tensor v;
+  gds::IoRequest r = f.read_into(dst, 11, s);
+  {
+    StreamGuard guard(s);
+    v = dst + Scalar(0);
+  }
+  s.sync();
+  EXPECT_EQ(r.wait(), src.nbytes());
+  EXPECT_EQ(bytes_of(v), bytes_of(src));
+  gds::deregister_buffer(src);
+  ::setenv("CUDAKIT_GDS", "gds", 1);  // required and available: fine
+  gds::File g(path("gds.bin"), O_RDONLY);
+  EXPECT_EQ(g.io_path(), gds::IoPath::gds);
 }
 
 TEST_F(Gds, RawPointerTransfersAndMultipleTensorsInOneFile) {
@@ -262,6 +300,32 @@ TEST_F(Gds, ClosingDuringATransferLetsItFinish) {
   }
   EXPECT_EQ(req.wait(), src.nbytes());
   EXPECT_EQ(file_bytes(p, 3, src.nbytes()), bytes_of(src));
+}
+
+// Transfers on two streams must not wait for each other. On cuda every stream's host tasks
+// (the stream gates of read_into/write_from, keep-alive tasks of copies, users' host
+// functions) share the driver's callback thread: a transfer whose stream is held up behind
+// another transfer's gate must not occupy the engine's threads (engine.cpp, pop()).
+TEST_F(Gds, TransfersOnTwoStreamsDoNotWaitForEachOther) {
+  cudakit::testing::HangWatchdog watchdog(120, "GDS transfers on two streams");
+  gds::File f(path("two_streams.bin"), O_CREAT | O_RDWR);
+  const std::int64_t n = 40 * 65536;  // more chunks than engine threads
+  Tensor a = pattern(n, 31), b = pattern(n, 32);
+  f.save(b, static_cast<std::uint64_t>(n));
+  Stream s1, s2;
+  // s2: a slow host task, then a write that waits for it.
+  s2.launch_host_func([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+  gds::IoRequest w = f.write_from(a, 0, s2);
+  // s1: a read whose stream is free at once; its gate may occupy the callback thread.
+  Tensor c = zeros({n}, device_options(DType::uint8));
+  synchronize();
+  gds::IoRequest r = f.read_into(c, static_cast<std::uint64_t>(n), s1);
+  EXPECT_EQ(r.wait(), static_cast<std::size_t>(n));
+  EXPECT_EQ(w.wait(), static_cast<std::size_t>(n));
+  s1.sync();
+  s2.sync();
+  EXPECT_EQ(bytes_of(c), bytes_of(b));
+  EXPECT_EQ(file_bytes(f.path(), 0, static_cast<std::size_t>(n)), bytes_of(a));
 }
 
 TEST_F(Gds, CaptureIsRefused) {

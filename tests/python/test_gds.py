@@ -207,3 +207,32 @@ def test_stream_ordered_read_into_and_write_from(ck, tmp_path):
     assert (v.cpu().numpy() == 4).all()
     with pytest.raises(ValueError, match="needs"):
         f.read_into(u, f.size(), stream=s)
+
+
+def test_gds_path_on_an_emulated_gds_machine(ck, tmp_path, emulated_only):
+    """CUDAKIT_EMULATED_GDS=1 models cuFile with nvidia-fs: files on O_DIRECT file systems take
+    the gds path (in a subprocess: the backend reads the variable once)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, numpy as np, cudakit as ck
+from cudakit import gds
+assert gds.is_available(), gds.unavailable_reason()
+f = gds.GdsFile({str(tmp_path / 'g.bin')!r}, os.O_CREAT | os.O_RDWR)
+src = ck.asarray((np.arange(300000) % 251).astype(np.uint8), device="cuda")
+gds.gds_register_buffer(src)
+f.save_storage(src, offset=5)
+dst = ck.zeros(300000, dtype=ck.uint8, device="cuda")
+f.load_storage(dst, offset=5)
+assert np.array_equal(dst.cpu().numpy(), src.cpu().numpy())
+gds.gds_deregister_buffer(src)
+print(f.io_path, repr(f.compat_reason))
+"""
+    env = dict(os.environ, CUDAKIT_BACKEND="emulated", CUDAKIT_EMULATED_GDS="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    path, reason = out.stdout.split(maxsplit=1)
+    # gds where the file system takes O_DIRECT; otherwise cuFile's refusal is the reason.
+    assert path == "gds" or "cuFileHandleRegister" in reason, out.stdout

@@ -12,7 +12,8 @@
 //   math.cpp      GEMM through CBLAS (OpenBLAS), the optional-library report
 //   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
 //   green_contexts.cpp  SM partitions (the counts and rules of a Hopper-class device)
-//   gds.cpp       GPUDirect Storage: absent (cudakit.gds takes its compat path)
+//   gds.cpp       GPUDirect Storage: absent by default (cudakit.gds takes its compat path);
+//                 a model of cuFile with CUDAKIT_EMULATED_GDS=1
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -313,6 +314,13 @@ class EmulatedBackend final : public Backend {
   GreenContext& green_context(GreenContextHandle g);  // throws invalid_context
   std::mutex green_mu_;
   std::unordered_map<void*, std::unique_ptr<GreenContext>> green_contexts_;
+  // ---- GPUDirect Storage model (CUDAKIT_EMULATED_GDS=1) ----
+  struct GdsFile {
+    int fd = -1;  // our own descriptor of the file, without O_DIRECT (closed on deregister)
+  };
+  std::mutex gds_mu_;
+  std::unordered_map<void*, std::unique_ptr<GdsFile>> gds_files_;
+  std::map<const void*, std::size_t> gds_buffers_;  // registered device ranges
 
   // ---- devices ----
   Device& dev(int device);  // throws invalid_device
