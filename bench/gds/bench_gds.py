@@ -198,8 +198,10 @@ def main():
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
             tag = f"cudakit.gds ({r['path'].split(' ')[0]} path), O_DIRECT {label}"
-            print(f"| save | {tag} | {gib_s(size, r['save']):.2f} | {gib_s(size, r['save+fsync']):.2f} |")
-            print(f"| load | {tag} | {gib_s(size, r['load cached']):.2f} | {gib_s(size, r['load cold']):.2f} |")
+            print(f"| save | {tag} | {gib_s(size, r['save']):.2f} | "
+                  f"{gib_s(size, r['save+fsync']):.2f} |")
+            print(f"| load | {tag} | {gib_s(size, r['load cached']):.2f} | "
+                  f"{gib_s(size, r['load cold']):.2f} |")
         t = torch_gds_rows(path, size, args.repeat)
         if isinstance(t, dict):
             print(f"| save | torch.cuda.gds.GdsFile | {gib_s(size, t['save']):.2f} | |")

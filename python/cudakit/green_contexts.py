@@ -90,4 +90,5 @@ class GreenContext:
         self._ctx.pop_context()
 
     def __repr__(self) -> str:
-        return f"<cudakit.green_contexts.GreenContext device={self.device_id} sm_count={self.sm_count}>"
+        return (f"<cudakit.green_contexts.GreenContext device={self.device_id} "
+                f"sm_count={self.sm_count}>")

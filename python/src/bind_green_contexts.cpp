@@ -35,7 +35,8 @@ using Holder = std::unique_ptr<GreenContext, ReleaseGilDeleter>;
 
 void bind(py::module_& m) {
   py::class_<GreenContext, Holder>(m, "_GreenContext", R"doc(
-A partition of a device's SMs (cudakit::GreenContext). Use cudakit.green_contexts.GreenContext.)doc")
+A partition of a device's SMs (cudakit::GreenContext).
+Use cudakit.green_contexts.GreenContext.)doc")
       .def_static(
           "create",
           [](py::handle num_sms, py::handle device) {

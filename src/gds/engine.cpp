@@ -238,7 +238,9 @@ class Engine {
       s.aligned = reinterpret_cast<std::uintptr_t>(p) % kBlock == 0;
     }
     if (be.current_device() != device) be.set_current_device(device);
-    if (!w.streams[device]) w.streams[device] = be.stream_create(device, 0, detail::kStreamNonBlocking);
+    if (!w.streams[device]) {
+      w.streams[device] = be.stream_create(device, 0, detail::kStreamNonBlocking);
+    }
     if (!s.events[device]) s.events[device] = be.event_create(device, detail::kEventDisableTiming);
   }
 

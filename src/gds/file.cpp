@@ -13,6 +13,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/gds.hpp"
+#include "devices/sync_debug.hpp"
 #include "gds/engine.hpp"
 #include "gds/policy.hpp"
 
@@ -45,7 +46,10 @@ struct File::Impl {
   std::string compat_reason;
   std::shared_ptr<io::GdsRegistration> gds;  // the gds path; transfers share it
 
-  int primary_fd() const { return files ? (files->direct >= 0 ? files->direct : files->buffered) : -1; }
+  int primary_fd() const {
+    if (!files) return -1;
+    return files->direct >= 0 ? files->direct : files->buffered;
+  }
 
   void deregister_locked() {
     gds.reset();  // cuFileHandleDeregister once the transfers in flight are done
@@ -225,6 +229,9 @@ struct Checked {
 Checked check_transfer(File::Impl& impl, bool read, void* ptr, std::size_t bytes,
                        std::uint64_t offset, const char* what,
                        std::optional<StreamRef> stream, std::shared_ptr<const void> keep) {
+  // Before anything else: in a child forked after initialisation this raises, where the
+  // engine's threads (which do not survive fork) would otherwise never run the transfer.
+  detail::ensure_initialized();
   Checked c;
   io::Transfer& t = c.transfer;
   std::uint64_t file_size = 0;

@@ -149,7 +149,9 @@ void GreenContext::set_context() {
 void GreenContext::pop_context() {
   if (!impl_) moved_from("pop_context");
   std::lock_guard lock(impl_->mu);
-  if (!impl_->parent) throw Error("GreenContext.pop_context: called without a matching set_context");
+  if (!impl_->parent) {
+    throw Error("GreenContext.pop_context: called without a matching set_context");
+  }
   StreamRef parent = *impl_->parent;
   parent.wait(current_stream(impl_->device));  // later work sees the context's results
   set_stream(parent);
