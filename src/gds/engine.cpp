@@ -323,7 +323,9 @@ class Engine {
       } else if (next) {
         complete(*next);  // exit has begun: report without touching the device
       }
-      if (pending) {
+      if (pending && detail::is_shutting_down()) {
+        complete(pending->chunk);  // no device calls once exit has begun
+      } else if (pending) {
         try {
           finish(w, *pending);
         } catch (...) {
