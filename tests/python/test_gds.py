@@ -236,3 +236,22 @@ print(f.io_path, repr(f.compat_reason))
     path, reason = out.stdout.split(maxsplit=1)
     # gds where the file system takes O_DIRECT; otherwise cuFile's refusal is the reason.
     assert path == "gds" or "cuFileHandleRegister" in reason, out.stdout
+
+
+@pytest.mark.gpu
+def test_torch_tensors_through_dlpack(ck, tmp_path):
+    """torch's own tensors (device memory from torch's allocator) register, save and load."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    from cudakit import gds
+
+    src = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    dst = torch.zeros_like(src)
+    torch.cuda.synchronize()
+    gds.gds_register_buffer(src)
+    f = gds.GdsFile(tmp_path / "torch.bin", os.O_CREAT | os.O_RDWR)
+    f.save_storage(src, offset=4096)
+    f.load_storage(dst, offset=4096)
+    gds.gds_deregister_buffer(src)
+    assert torch.equal(src, dst)
