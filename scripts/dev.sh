@@ -60,9 +60,11 @@ sanitize() {
 TSAN_TESTS=(
   test_comm
   test_emulated_backend
+  test_gds
   test_graphs
   test_graphs_hooks
   test_jiterator
+  test_green_contexts
   test_memory_fuzz
   test_memory_history
   test_memory_stress
@@ -77,12 +79,14 @@ TSAN_TESTS=(
 ASAN_TESTS=(
   test_backend_seam
   test_comm
+  test_gds
   test_graphs
   test_graphs_annotations
   test_graphs_hooks
   test_graphs_seam
   test_jiterator
   test_jiterator_nvrtc
+  test_green_contexts
   test_memory_allocator
   test_memory_free_index
   test_memory_fuzz

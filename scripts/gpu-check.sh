@@ -80,6 +80,9 @@ TRACES=${TRACES_DIR:-traces}
     echo "### $s"
     CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1
   done
+  echo "### bench/gds/bench_gds.py (1 GiB on the local disk; page cache and cold)"
+  CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 600 "$PY" bench/gds/bench_gds.py \
+    --size-mib 1024 --repeat 2 --dir "${CUDAKIT_BENCH_DIR:-$PWD}" 2>&1
   if [ "${SKIP_TRACES:-0}" != 1 ]; then
     echo "## New allocation traces recorded from torch workloads"
     mkdir -p "$TRACES"

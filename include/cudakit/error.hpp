@@ -60,6 +60,20 @@ class OutOfMemoryError : public AcceleratorError {
   std::size_t requested_, free_, total_;
 };
 
+// A failed file-system call (open, pread, pwrite, fstat ...) with its errno and the path it
+// concerned. Maps to Python's OSError(errno, message, path), which Python turns into the
+// errno's subclass (FileNotFoundError for ENOENT, PermissionError for EACCES, ...).
+class IoError : public Error {
+ public:
+  IoError(int error_number, std::string path, const std::string& what);
+  int error_number() const noexcept { return errno_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  int errno_;
+  std::string path_;
+};
+
 // Driver error codes used by both backends (numbering of CUresult).
 namespace errc {
 inline constexpr int success = 0;
@@ -74,6 +88,7 @@ inline constexpr int invalid_handle = 400;
 inline constexpr int not_found = 500;
 inline constexpr int not_ready = 600;
 inline constexpr int peer_access_already_enabled = 704;
+inline constexpr int context_is_destroyed = 709;
 inline constexpr int not_permitted = 800;
 inline constexpr int not_supported = 801;
 inline constexpr int stream_capture_unsupported = 900;
@@ -82,6 +97,8 @@ inline constexpr int stream_capture_unmatched = 903;
 inline constexpr int stream_capture_unjoined = 904;
 inline constexpr int stream_capture_isolation = 905;
 inline constexpr int stream_capture_implicit = 906;
+inline constexpr int invalid_resource_type = 914;
+inline constexpr int invalid_resource_configuration = 915;
 inline constexpr int unknown = 999;
 }  // namespace errc
 

@@ -84,6 +84,8 @@ from .graphs import (  # noqa: E402,F401
 )
 from . import graph_annotations  # noqa: E402,F401
 from . import jiterator  # noqa: E402,F401  (torch.cuda.jiterator)
+# GPUDirect Storage and green contexts (torch.cuda.gds, torch.cuda.green_contexts).
+from . import gds, green_contexts  # noqa: E402,F401
 from . import _graph_annotations  # noqa: E402,F401
 # The stream sanitizer (torch.cuda._sanitizer; CUDAKIT_CUDA_SANITIZER / TORCH_CUDA_SANITIZER
 # enable it when libcudakit loads).

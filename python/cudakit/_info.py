@@ -60,6 +60,10 @@ def collect() -> dict[str, Any]:
     report["devices"] = devices
     libs = getattr(_C, "_optional_libraries", None)
     report["optional_libraries"] = _probe(libs) if libs is not None else "<not reported>"
+    report["gds"] = {
+        "is_available": _probe(cudakit.gds.is_available),
+        "unavailable_reason": _probe(cudakit.gds.unavailable_reason),
+    }
     report["allocator"] = {
         "backend": _probe(cudakit.get_allocator_backend),
         "settings": _probe(lambda: _allocator_settings(cudakit)),

@@ -70,6 +70,11 @@ PYBIND11_MODULE(_C, m) {
       exc.attr("code") = e.code();
       exc.attr("code_name") = e.code_name();
       PyErr_SetObject(accel_exc.ptr(), exc.ptr());
+    } catch (const cudakit::IoError& e) {
+      // OSError(errno, strerror, filename) picks the errno's subclass (FileNotFoundError, ...).
+      py::object exc = py::reinterpret_borrow<py::object>(PyExc_OSError)(
+          e.error_number(), e.what(), e.path());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     } catch (const cudakit::ValueError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const cudakit::NotSupportedError& e) {

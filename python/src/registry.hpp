@@ -39,6 +39,8 @@ inline constexpr int factories = 44;  // empty, zeros, tensor, asarray, ... (use
 inline constexpr int random = 46;   // Generator, rand/randn/randint
 inline constexpr int jiterator = 48;  // runtime-compiled elementwise functions (use Tensor, interop)
 inline constexpr int graphs = 50;   // CUDA graphs (uses streams, memory pools, Generator)
+inline constexpr int green_contexts = 54;  // _GreenContext (returns Stream)
+inline constexpr int gds = 56;      // _GdsFile, _GdsRequest, buffer registration (use Tensor)
 inline constexpr int comm = 60;     // comm.* and nccl.* (uses Device, Stream, Tensor, interop)
 inline constexpr int tunable = 70;  // TunableOp settings and results files (no classes)
 }  // namespace order

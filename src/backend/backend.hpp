@@ -50,6 +50,8 @@ using GraphExecHandle = void*;  // CUgraphExec on cuda
 using PhysMemHandle = std::uint64_t;  // CUmemGenericAllocationHandle on cuda
 using ModuleHandle = void*;     // CUmodule on cuda
 using FunctionHandle = void*;   // CUfunction on cuda
+using GreenContextHandle = void*;  // CUgreenCtx on cuda
+using GdsFileHandle = void*;       // CUfileHandle_t on cuda
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -117,6 +119,25 @@ struct BackendCapabilities {
   // Telemetry comes from hardware sensors (NVML); otherwise from the backend's documented
   // model (utilization measured from its own workers, sensors derived from it).
   bool hardware_telemetry = false;
+};
+
+// How a device's SMs may be partitioned into green contexts (CUdevSmResource of
+// cuDeviceGetDevResource): a partition has at least `min_partition_sms` SMs and a multiple of
+// `sm_alignment` (the driver rounds a requested count up to that).
+struct SmResourceInfo {
+  int sm_count = 0;
+  int min_partition_sms = 0;
+  int sm_alignment = 0;
+};
+
+// State of GPUDirect Storage (cuFile) on this backend. `available`: file data can move by DMA
+// between storage and device memory (cuFile loaded, its driver opened, the nvidia-fs kernel
+// driver present); otherwise `reason` says why and cudakit moves file data through its
+// compat path (src/gds). `library` describes cuFile when it was loaded (version, path).
+struct GdsStatus {
+  bool available = false;
+  std::string reason;
+  std::string library;
 };
 
 // C = op(A) * op(B), column-major as in BLAS: op(A) is m x k, op(B) is k x n, C is m x n
@@ -402,6 +423,41 @@ class Backend {
   // inside are launched at the outermost end. group_end without start: ValueError.
   virtual void comm_group_start() = 0;
   virtual void comm_group_end() = 0;
+
+  // ---- green contexts (SM partitions: cuDevSmResourceSplitByCount + cuGreenCtxCreate) ----
+  // NotSupportedError naming the missing entry point on a driver without green contexts
+  // (CUDA < 12.4 for contexts, < 12.5 for their streams).
+  virtual SmResourceInfo device_sm_resource(int device) = 0;
+  // A green context owning `sm_count` SMs of `device` (the caller validated the count against
+  // device_sm_resource: >= min_partition_sms, a multiple of sm_alignment, <= sm_count).
+  // Returns the context and the SM count the driver actually gave in *granted.
+  virtual GreenContextHandle green_context_create(int device, int sm_count, int* granted) = 0;
+  // Destroys the context. Its streams must have been destroyed first (the driver leaves them
+  // dangling otherwise). Skips the call during shutdown.
+  virtual void green_context_destroy(GreenContextHandle g) = 0;
+  // A non-blocking stream whose kernels run on the context's SMs. An ordinary stream for every
+  // other call (events, waits, copies, capture, stream_destroy).
+  virtual StreamHandle green_context_stream_create(GreenContextHandle g, int priority) = 0;
+
+  // ---- GPUDirect Storage (cuFile on cuda; the emulated backend has none) ----
+  // Probes once (cuda: loads cuFile and opens its driver on first call); never throws.
+  virtual GdsStatus gds_status() noexcept = 0;
+  // Registers an open file descriptor with cuFile (cuFileHandleRegister). Returns nullptr and
+  // sets *why when the driver refuses this file (e.g. its file system has no GDS support):
+  // callers then take the compat path. Throws only when GDS is unavailable altogether.
+  virtual GdsFileHandle gds_file_register(int fd, std::string* why) = 0;
+  virtual void gds_file_deregister(GdsFileHandle h) = 0;
+  // cuFileBufRegister / cuFileBufDeregister of device memory (AcceleratorError / Error on
+  // failure, with cuFile's status name).
+  virtual void gds_buffer_register(void* ptr, std::size_t bytes) = 0;
+  virtual void gds_buffer_deregister(void* ptr) = 0;
+  // Synchronous DMA between a registered file and device memory of the calling thread's
+  // current device (cuFileRead / cuFileWrite). Returns the bytes moved (fewer only at the end
+  // of the file); throws on failure.
+  virtual std::size_t gds_read(GdsFileHandle h, void* dst, std::size_t bytes,
+                               std::int64_t file_offset) = 0;
+  virtual std::size_t gds_write(GdsFileHandle h, const void* src, std::size_t bytes,
+                                std::int64_t file_offset) = 0;
 
   // ---- profiler control (cuProfilerStart/Stop: the capture-range hooks of Nsight Systems
   // and Nsight Compute) ----

@@ -12,6 +12,9 @@ OutOfMemoryError::OutOfMemoryError(const std::string& what, int device, std::siz
     : AcceleratorError(errc::out_of_memory, "CUDA_ERROR_OUT_OF_MEMORY", what),
       device_(device), requested_(requested), free_(free_bytes), total_(total_bytes) {}
 
+IoError::IoError(int error_number, std::string path, const std::string& what)
+    : Error(what), errno_(error_number), path_(std::move(path)) {}
+
 const char* error_code_name(int code) noexcept {
   switch (code) {
     case 0: return "CUDA_SUCCESS";
@@ -37,6 +40,7 @@ const char* error_code_name(int code) noexcept {
     case 702: return "CUDA_ERROR_LAUNCH_TIMEOUT";
     case 704: return "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
     case 705: return "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED";
+    case 709: return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
     case 719: return "CUDA_ERROR_LAUNCH_FAILED";
     case 800: return "CUDA_ERROR_NOT_PERMITTED";
     case 801: return "CUDA_ERROR_NOT_SUPPORTED";
@@ -49,6 +53,8 @@ const char* error_code_name(int code) noexcept {
     case 906: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT";
     case 907: return "CUDA_ERROR_CAPTURED_EVENT";
     case 908: return "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD";
+    case 914: return "CUDA_ERROR_INVALID_RESOURCE_TYPE";
+    case 915: return "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION";
     case 999: return "CUDA_ERROR_UNKNOWN";
     default: return "CUDA_ERROR_UNRECOGNIZED";
   }

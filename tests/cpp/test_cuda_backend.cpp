@@ -161,6 +161,16 @@ TEST_F(CudaBackend, NoDriverIsExplainedAndDeviceCallsThrow) {
   expect_unavailable([&] { b.stream_priority_range(); }, "stream_priority_range");
   expect_unavailable([&] { b.utilization_percent(0); }, "utilization");
   expect_unavailable([&] { b.module_load_data(0, kFillPtx); }, "module_load_data");
+  expect_unavailable([&] { b.device_sm_resource(0); }, "device_sm_resource");
+  expect_unavailable([&] { b.green_context_create(0, 8, nullptr); }, "green_context_create");
+
+  // GDS: the probe explains itself without throwing; registration refuses cleanly.
+  GdsStatus gds = b.gds_status();
+  EXPECT_FALSE(gds.available);
+  EXPECT_NE(gds.reason.find(reason), std::string::npos) << gds.reason;
+  std::string why;
+  EXPECT_THROW(b.gds_file_register(0, &why), NotSupportedError);
+  EXPECT_NO_THROW(b.green_context_destroy(nullptr));
 
   // The thread's current device defaults to 0 and never throws.
   EXPECT_EQ(b.current_device(), 0);
@@ -573,3 +583,54 @@ TEST_F(CudaBackendGpu, NvmlTelemetryIsInRange) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------- green contexts and cuFile (GPU)
+
+TEST_F(CudaBackendGpu, GreenContextsPartitionTheDevice) {
+  REQUIRE_GPU();
+  Backend& b = cuda();
+  SmResourceInfo r;
+  try {
+    r = b.device_sm_resource(0);
+  } catch (const NotSupportedError& e) {
+    GTEST_SKIP() << "driver without green contexts: " << e.what();
+  }
+  EXPECT_EQ(r.sm_count, b.device_info(0).multi_processor_count);
+  ASSERT_GT(r.min_partition_sms, 0);
+  ASSERT_GT(r.sm_alignment, 0);
+  int want = r.min_partition_sms * 2;
+  want = (want + r.sm_alignment - 1) / r.sm_alignment * r.sm_alignment;
+  int granted = 0;
+  GreenContextHandle g = b.green_context_create(0, want, &granted);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(granted, want);
+  StreamHandle s = b.green_context_stream_create(g, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(b.stream_device(s), 0);
+  // An ordinary stream for copies and events.
+  void* d = b.mem_alloc(0, 4096);
+  ASSERT_NE(d, nullptr);
+  b.memset_d8_async(d, 0x5a, 4096, s);
+  std::vector<unsigned char> host(4096);
+  b.memcpy_async(host.data(), d, 4096, s);
+  EventHandle e = b.event_create(0, kEventDisableTiming);
+  b.event_record(e, s);
+  b.event_synchronize(e);
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](unsigned char c) { return c == 0x5a; }));
+  b.event_destroy(e);
+  b.mem_free(0, d);
+  b.stream_destroy(s);
+  b.green_context_destroy(g);
+  // More SMs than the device has: the split makes no group.
+  EXPECT_THROW(b.green_context_create(0, r.sm_count + r.sm_alignment, nullptr), AcceleratorError);
+}
+
+TEST_F(CudaBackendGpu, GdsStatusIsConsistent) {
+  REQUIRE_GPU();
+  Backend& b = cuda();
+  GdsStatus s = b.gds_status();
+  EXPECT_EQ(s.available, s.reason.empty()) << s.reason;
+  bool listed = false;
+  for (const LibraryInfo& lib : b.optional_libraries()) listed |= lib.name == "cuFile";
+  EXPECT_TRUE(listed);
+}

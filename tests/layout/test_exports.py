@@ -34,9 +34,10 @@ INTERNAL_EXPORTS = {
                                                  "by get_graph_data() (host_fn_name, dladdr)",
 }
 # Nested namespaces of the public API (symbols in them are public).
-PUBLIC_NAMESPACES = ("cudakit::comm::", "cudakit::dlpack::", "cudakit::graph_annotations::",
-                     "cudakit::jiterator::", "cudakit::nccl::", "cudakit::nvtx::",
-                     "cudakit::profiler::", "cudakit::sanitizer::", "cudakit::tunable::")
+PUBLIC_NAMESPACES = ("cudakit::comm::", "cudakit::dlpack::", "cudakit::gds::",
+                     "cudakit::graph_annotations::", "cudakit::jiterator::", "cudakit::nccl::",
+                     "cudakit::nvtx::", "cudakit::profiler::", "cudakit::sanitizer::",
+                     "cudakit::tunable::")
 PLUGIN_C_ABI = {"cudakit_malloc", "cudakit_free", "cudakit_record_stream", "cudakit_last_error"}
 
 pytestmark = pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")

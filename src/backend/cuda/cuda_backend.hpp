@@ -6,7 +6,8 @@
 // cuda_runtime_modules.cpp (jiterator modules compiled by NVRTC, nvrtc.cpp),
 // cuda_profiler.cpp (cuProfilerStart/Stop), cuda_telemetry.cpp (NVML), cuda_math.cpp
 // (cuBLAS / cuSOLVER, capabilities, library report), cupti_activity.cpp (the tracer's CUPTI
-// activity session) and cuda_collectives.cpp (NCCL). Every run-time-loaded library goes
+// activity session), cuda_collectives.cpp (NCCL), cuda_green_contexts.cpp (SM partitions)
+// and cuda_gds.cpp (cuFile). Every run-time-loaded library goes
 // through library_loader.hpp.
 //
 // Contexts: every device uses its primary context, retained once on first use and never
@@ -155,6 +156,23 @@ class CudaBackend final : public Backend {
   std::uint32_t graph_exec_id(GraphExecHandle g) override;
   std::size_t stream_capture_node_count(StreamHandle s) override;
   CaptureMode thread_exchange_capture_mode(CaptureMode mode) override;
+
+  // ---- green contexts (cuda_green_contexts.cpp) ----
+  SmResourceInfo device_sm_resource(int device) override;
+  GreenContextHandle green_context_create(int device, int sm_count, int* granted) override;
+  void green_context_destroy(GreenContextHandle g) override;
+  StreamHandle green_context_stream_create(GreenContextHandle g, int priority) override;
+
+  // ---- GPUDirect Storage (cuda_gds.cpp, cuFile) ----
+  GdsStatus gds_status() noexcept override;
+  GdsFileHandle gds_file_register(int fd, std::string* why) override;
+  void gds_file_deregister(GdsFileHandle h) override;
+  void gds_buffer_register(void* ptr, std::size_t bytes) override;
+  void gds_buffer_deregister(void* ptr) override;
+  std::size_t gds_read(GdsFileHandle h, void* dst, std::size_t bytes,
+                       std::int64_t file_offset) override;
+  std::size_t gds_write(GdsFileHandle h, const void* src, std::size_t bytes,
+                        std::int64_t file_offset) override;
 
   // ---- profiler control (cuda_profiler.cpp) ----
   void profiler_start() override;

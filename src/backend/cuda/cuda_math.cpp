@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cupti.hpp"
 #include "backend/cuda/cublaslt.hpp"
+#include "backend/cuda/cufile_api.hpp"
 #include "backend/cuda/math_libraries.hpp"
 #include "backend/cuda/nccl_api.hpp"
 #include "backend/cuda/nvml_api.hpp"
@@ -55,6 +56,7 @@ std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
     out.push_back(nvrtc().lib.info());
     out.push_back(cublaslt().lib.info());
     out.push_back(nccl().lib.info());
+    out.push_back(cufile().lib.info());
   } catch (...) {  // allocation failure while copying strings: report what we have
   }
   return out;

@@ -16,7 +16,8 @@
 // A symbol is accepted only when the driver's own version is >= the PFN version: an older
 // driver would answer the request with an older, incompatible ABI.
 //
-// Most rows request 12080 (all current prototypes; works on 12.8+ and 13.x drivers).
+// Most rows request 12080 (all current prototypes; works on 12.8+ and 13.x drivers). The
+// green-context rows are optional: a driver without them makes only green contexts fail.
 // cuStreamGetCtx requests 12000 because from 12050 on the name maps to the 3-argument
 // green-context variant, while cuda.h's cuStreamGetCtx is the 2-argument one.
 //
@@ -124,7 +125,14 @@ namespace cudakit::detail::cuda {
   X(cuUserObjectRelease, 11030, 12080, false)                 \
   X(cuGraphRetainUserObject, 11030, 12080, false)             \
   X(cuProfilerStart, 4000, 12080, false)                      \
-  X(cuProfilerStop, 4000, 12080, false)
+  X(cuProfilerStop, 4000, 12080, false)                       \
+  X(cuDeviceGetDevResource, 12040, 12080, false)              \
+  X(cuDevSmResourceSplitByCount, 12040, 12080, false)         \
+  X(cuDevResourceGenerateDesc, 12040, 12080, false)           \
+  X(cuGreenCtxCreate, 12040, 12080, false)                    \
+  X(cuGreenCtxDestroy, 12040, 12080, false)                   \
+  X(cuGreenCtxGetDevResource, 12040, 12080, false)            \
+  X(cuGreenCtxStreamCreate, 12050, 12080, false)
 
 // Entry points newer than the CUDA 13.0 headers we build against, so there is no PFN_
 // typedef to check against: prototypes are from NVIDIA's driver API reference. They have a

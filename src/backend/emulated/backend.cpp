@@ -71,7 +71,7 @@ DeviceInfo EmulatedBackend::device_info(int device) {
   info.major = config_.major;
   info.minor = config_.minor;
   info.total_memory = d.limit;
-  info.multi_processor_count = 132;
+  info.multi_processor_count = kSmCount;
   info.L2_cache_size = 50 * 1024 * 1024;
   info.max_threads_per_multi_processor = 2048;
   info.max_threads_per_block = 1024;

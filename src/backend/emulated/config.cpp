@@ -122,7 +122,7 @@ std::vector<int> parse_visible_devices(const char* text, int machine_devices) {
 }
 
 Config parse_config(const char* devices, const char* memory, const char* capability,
-                    const char* visible_devices) {
+                    const char* visible_devices, const char* gds) {
   Config c;
   if (devices && *devices) {
     std::string s = trim_lower(devices);
@@ -158,6 +158,14 @@ Config parse_config(const char* devices, const char* memory, const char* capabil
     c.minor = minor;
   }
   if (visible_devices) c.visible = parse_visible_devices(visible_devices, c.devices);
+  if (gds && *gds) {
+    std::string s = trim_lower(gds);
+    if (s != "0" && s != "1") {
+      throw ValueError(std::string("CUDAKIT_EMULATED_GDS='") + gds +
+                       "' is not 0 or 1 (1: the emulated machine has GPUDirect Storage)");
+    }
+    c.gds = s == "1";
+  }
   return c;
 }
 
@@ -165,7 +173,8 @@ Config config_from_env() {
   return parse_config(std::getenv("CUDAKIT_EMULATED_DEVICES"),
                       std::getenv("CUDAKIT_EMULATED_MEMORY"),
                       std::getenv("CUDAKIT_EMULATED_CAPABILITY"),
-                      std::getenv("CUDA_VISIBLE_DEVICES"));
+                      std::getenv("CUDA_VISIBLE_DEVICES"),
+                      std::getenv("CUDAKIT_EMULATED_GDS"));
 }
 
 }  // namespace cudakit::detail::emulated

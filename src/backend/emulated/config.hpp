@@ -1,5 +1,5 @@
 // Configuration of the emulated backend, read once from the environment when the backend is
-// created: CUDAKIT_EMULATED_DEVICES / _MEMORY / _CAPABILITY describe the emulated machine,
+// created: CUDAKIT_EMULATED_DEVICES / _MEMORY / _CAPABILITY / _GDS describe the emulated machine,
 // CUDA_VISIBLE_DEVICES selects its devices as CUDA does. The parsers are exposed (internal
 // header) so tests can exercise them directly.
 //
@@ -17,6 +17,10 @@ struct Config {
   int devices = 2;                                   // CUDAKIT_EMULATED_DEVICES (the "machine")
   std::size_t memory_per_device = std::size_t{8} << 30;  // CUDAKIT_EMULATED_MEMORY
   int major = 9, minor = 0;                          // CUDAKIT_EMULATED_CAPABILITY
+  // CUDAKIT_EMULATED_GDS=1: the machine has GPUDirect Storage (a model of cuFile with the
+  // nvidia-fs driver: files opened with O_DIRECT register, data moves with pread/pwrite
+  // straight into device memory). Default 0: no GDS, as on the H200 hosts.
+  bool gds = false;
   // Machine ordinals the process sees, in visible order (CUDA_VISIBLE_DEVICES applied);
   // nullopt = all of them.
   std::optional<std::vector<int>> visible;
@@ -45,9 +49,9 @@ std::size_t parse_memory_size(const std::string& text,
 // Builds a Config from the raw variable values (nullptr or "" = default, except
 // `visible_devices`: nullptr = all, "" = none). Throws ValueError.
 Config parse_config(const char* devices, const char* memory, const char* capability,
-                    const char* visible_devices = nullptr);
+                    const char* visible_devices = nullptr, const char* gds = nullptr);
 
-// parse_config(getenv(...)) for the four variables.
+// parse_config(getenv(...)) for the five variables.
 Config config_from_env();
 
 }  // namespace cudakit::detail::emulated

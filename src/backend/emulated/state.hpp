@@ -14,6 +14,9 @@
 //   profiler.cpp  profiler start/stop (device validation only: nothing to profile)
 //   activity.cpp  activity records for the profiler's tracer (its host tasks are the kernels)
 //   collectives.cpp, comm_engine.cpp  NCCL's communicators over shared memory
+//   green_contexts.cpp  SM partitions (the counts and rules of a Hopper-class device)
+//   gds.cpp       GPUDirect Storage: absent by default (cudakit.gds takes its compat path);
+//                 a model of cuFile with CUDAKIT_EMULATED_GDS=1
 //
 // Ordering model: every stream has a monotonically increasing sequence number per enqueued
 // op; "stream S reached n" (S.completed >= n) is the only completion primitive. An event is
@@ -310,6 +313,24 @@ class EmulatedBackend final : public Backend {
   void profiler_start() override;
   void profiler_stop() override;
 
+  SmResourceInfo device_sm_resource(int device) override;
+  GreenContextHandle green_context_create(int device, int sm_count, int* granted) override;
+  void green_context_destroy(GreenContextHandle g) override;
+  StreamHandle green_context_stream_create(GreenContextHandle g, int priority) override;
+
+  GdsStatus gds_status() noexcept override;
+  GdsFileHandle gds_file_register(int fd, std::string* why) override;
+  void gds_file_deregister(GdsFileHandle h) override;
+  void gds_buffer_register(void* ptr, std::size_t bytes) override;
+  void gds_buffer_deregister(void* ptr) override;
+  std::size_t gds_read(GdsFileHandle h, void* dst, std::size_t bytes,
+                       std::int64_t file_offset) override;
+  std::size_t gds_write(GdsFileHandle h, const void* src, std::size_t bytes,
+                        std::int64_t file_offset) override;
+
+  // Every emulated device has this many SMs (an H100/H200's count; device_info reports it).
+  static constexpr int kSmCount = 132;
+
   CommEngineInfo comm_engine() noexcept override;
   nccl::UniqueId comm_unique_id() override;
   std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id, int rank,
@@ -375,6 +396,25 @@ class EmulatedBackend final : public Backend {
   void emit_stream(ActivityKind kind, const Stream& s) noexcept;
 
  private:
+  // ---- green contexts ----
+  struct GreenContext {
+    static constexpr std::uint64_t kMagic = 0x6E65657247756B63ull;
+    std::uint64_t magic = kMagic;
+    int device = 0;
+    int sm_count = 0;
+    ~GreenContext() { magic = 0; }
+  };
+  GreenContext& green_context(GreenContextHandle g);  // throws invalid_context
+  std::mutex green_mu_;
+  std::unordered_map<void*, std::unique_ptr<GreenContext>> green_contexts_;
+  // ---- GPUDirect Storage model (CUDAKIT_EMULATED_GDS=1) ----
+  struct GdsFile {
+    int fd = -1;  // our own descriptor of the file, without O_DIRECT (closed on deregister)
+  };
+  std::mutex gds_mu_;
+  std::unordered_map<void*, std::unique_ptr<GdsFile>> gds_files_;
+  std::map<const void*, std::size_t> gds_buffers_;  // registered device ranges
+
   // ---- devices ----
   Device& dev(int device);  // throws invalid_device
   // ---- memory ----
