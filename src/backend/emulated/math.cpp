@@ -15,10 +15,11 @@
 // below are used; their C ABI (and the enum values) are fixed by the CBLAS interface, so no
 // header or link-time dependency remains.
 //
-// Measured (2 cores, OpenBLAS 0.3.21 pthread): 1024^2 float32 matmul ~0.05 s, against 4.6 s
-// for the hand-written triple loop. Without a loadable CBLAS the plain loop is the fallback
+// Measured (2 busy cores, OpenBLAS 0.3.21, one thread, see cblas()): 1024^2 float32 matmul
+// ~0.03 s, against 4.6 s for the hand-written triple loop. Without a loadable CBLAS the plain loop is the fallback
 // (optional_libraries() says why).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -49,9 +50,20 @@ struct Cblas {
 };
 
 // Loaded once, on first use (GEMM or the library report); never unloaded.
+//
+// Single-threaded unless the user asked otherwise: OpenBLAS (pthread build, 0.3.21) starts
+// one worker per core in its load-time constructor and joins them in its exit-time
+// destructor, and that join sometimes never returned (2 of 10 runs of the README snippet
+// hung at exit, the worker asleep on its condition variable; never with no worker). The
+// emulated backend is a CI and development tool, so its GEMM trades the pool (~2x on 2
+// cores) for an exit that always returns. OpenBLAS reads OPENBLAS_NUM_THREADS only in that
+// constructor, so the variable is set around the dlopen and removed again (children and
+// later loads are unaffected); an explicit OPENBLAS_NUM_THREADS is left alone.
 const Cblas& cblas() noexcept {
   static const Cblas* lib = [] {
     auto* c = new Cblas();  // leaked: OpenBLAS threads may outlive static destruction
+    const bool cap_threads = std::getenv("OPENBLAS_NUM_THREADS") == nullptr;
+    if (cap_threads) setenv("OPENBLAS_NUM_THREADS", "1", 0);
     c->lib = load_library(
         {"CBLAS", {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"},
          "install OpenBLAS (Debian: libopenblas0) for a fast emulated matmul; a plain loop is "
@@ -64,6 +76,7 @@ const Cblas& cblas() noexcept {
            return "";
          }},
         {bind_symbol("cblas_sgemm", c->sgemm), bind_symbol("cblas_dgemm", c->dgemm)});
+    if (cap_threads) unsetenv("OPENBLAS_NUM_THREADS");
     return c;
   }();
   return *lib;
