@@ -72,25 +72,43 @@ from .random import (  # noqa: E402,F401
     get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed,
     seed_all, set_rng_state, set_rng_state_all,
 )
-from . import nvtx, profiler  # noqa: E402,F401  (cudakit.nvtx.*, cudakit.profiler.*, as torch.cuda)
-from . import tunable  # noqa: E402,F401  (cudakit.tunable.*, as torch.cuda.tunable)
+from . import nvtx  # noqa: E402,F401  (cudakit.nvtx.*, as torch.cuda)
 # Arrays and built-in ops (dtype names such as cudakit.float32 / cudakit.bool, as torch).
 from .tensor import *  # noqa: E402,F401,F403
-# CUDA graphs (torch.cuda re-exports these names from torch.cuda.graphs).
-from . import graphs  # noqa: E402,F401
-from .graphs import (  # noqa: E402,F401
-    CUDAGraph, export_dot, export_graph_data, graph, is_current_stream_capturing,
-    make_graphed_callables,
-)
-from . import graph_annotations  # noqa: E402,F401
-from . import jiterator  # noqa: E402,F401  (torch.cuda.jiterator)
-# GPUDirect Storage and green contexts (torch.cuda.gds, torch.cuda.green_contexts).
-from . import gds, green_contexts  # noqa: E402,F401
-from . import _graph_annotations  # noqa: E402,F401
-# The stream sanitizer (torch.cuda._sanitizer; CUDAKIT_CUDA_SANITIZER / TORCH_CUDA_SANITIZER
-# enable it when libcudakit loads).
-from . import sanitizer, _sanitizer  # noqa: E402,F401
-# Collectives between devices (torch.cuda.comm) and NCCL (torch.cuda.nccl).
-from . import comm, nccl  # noqa: E402,F401
+
+# ---- imported on first use (issue 15.6: import <= 50 ms) ----
+# profiler (gzip, json, pickle for traces), graphs (pickle), the graph annotations and the
+# modules of the later seed sections (tunable, jiterator, gds, green contexts, the stream
+# sanitizer, comm, nccl) are loaded by the first access to one of their names, as
+# `cudakit.profiler`, `cudakit.graph` or `from cudakit import CUDAGraph`; `import
+# cudakit.graphs` works as usual. The first four were ~7 ms of every import;
+# tests/python/test_import_footprint.py keeps them out. None of them registers anything with
+# _C when imported (the sanitizer's environment switch acts when libcudakit loads).
+_LAZY_MODULES = ("profiler", "graphs", "graph_annotations", "_graph_annotations", "tunable",
+                 "jiterator", "gds", "green_contexts", "sanitizer", "_sanitizer", "comm",
+                 "nccl")
+# torch.cuda re-exports these names from torch.cuda.graphs.
+_LAZY_NAMES = {
+    name: "graphs"
+    for name in ("CUDAGraph", "export_dot", "export_graph_data", "graph",
+                 "is_current_stream_capturing", "make_graphed_callables")
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY_NAMES.get(name, name if name in _LAZY_MODULES else None)
+    if module is None:
+        raise AttributeError(f"module 'cudakit' has no attribute '{name}'")
+    import importlib
+
+    mod = importlib.import_module(f".{module}", __name__)  # also sets cudakit.<module>
+    value = mod if module == name else getattr(mod, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_MODULES) | set(_LAZY_NAMES))
+
 
 __version__ = "0.1.0"

@@ -2,8 +2,10 @@
 ``device_of`` context managers, sync-debug mode names, and library handles."""
 from __future__ import annotations
 
-import ctypes
-from typing import Any
+# typing costs ~8 ms of import (it pulls in re and enum); the annotations are strings here.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _C
 
@@ -79,6 +81,8 @@ class _LibraryModule:
 
     def __init__(self, names: list[str], what: str):
         self._lib = None
+        import ctypes  # on first use: ~3 ms of import otherwise
+
         last = None
         for name in names:
             try:

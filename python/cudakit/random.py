@@ -7,7 +7,12 @@ The same seed and offset give bit-identical samples on the cuda and emulated bac
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Union
+# typing costs ~8 ms of import (it pulls in re and enum); the annotations are strings here.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, List, Union
+
+    DeviceLike = Union[int, str, Any]
 
 from . import _C
 
@@ -18,7 +23,6 @@ __all__ = [
 ]
 
 Generator = _C.Generator
-DeviceLike = Union[int, str, Any]
 
 
 def _as_state(new_state: Any):

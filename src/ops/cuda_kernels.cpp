@@ -17,7 +17,8 @@ namespace cudakit::ops {
 namespace {
 constexpr unsigned kBlock = 256;
 constexpr int kContigBlocksPerSm = 4;  // = __launch_bounds__ of ck_unaryc_* / ck_castc_* (ops.cu)
-constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 / ck_normal_f32
+constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 (random.cu)
+constexpr int kNormalBlocksPerSm = 3;  // = __launch_bounds__ of ck_normal_f32 (random.cu)
 
 // Kernel slots: one per (family, dtype[, src dtype]).
 constexpr int kTypes = 12;
@@ -180,7 +181,7 @@ void cuda_sample(int device, detail::StreamHandle s, const rng::SampleArgs& a) {
     const bool uni = a.dist == rng::kUniform;
     auto f = kernel(device, KernelModule::random, kRng * kTypes + (uni ? 0 : 1),
                     [&] { return std::string(uni ? "ck_uniform_f32" : "ck_normal_f32"); });
-    go(device, f, wave_grid(device, blocks, kRngBlocksPerSm), s, params);
+    go(device, f, wave_grid(device, blocks, uni ? kRngBlocksPerSm : kNormalBlocksPerSm), s, params);
     return;
   }
   auto f = kernel(device, KernelModule::random, kRng * kTypes + 2, [] { return std::string("ck_sample"); });

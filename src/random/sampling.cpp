@@ -42,6 +42,7 @@ void sample(Tensor& t, int dist, double a, double b, std::int64_t low, std::uint
   int pb = rng::per_block(args.dtype, dist, range);
   PhiloxReservation r = gen.reserve(static_cast<std::uint64_t>((args.n + pb - 1) / pb));
   args.philox = rng::PhiloxArgs{r.seed, r.offset, r.offset_ptr};
+  args.keys = rng::philox_keys(r.seed);
   if (exec_for(d) == Exec::cuda) cuda_sample(d.index, stream_for(d), args);
   else run_cpu(d, {t.storage()}, [args] { cpu_sample(args); }, "ck_sample");
 }

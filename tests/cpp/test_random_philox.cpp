@@ -60,25 +60,154 @@ TEST(Philox, PortableMathAccuracy) {
   }
 }
 
-// The float32 normal path's polynomials (-2 ln u on 24-bit integers, sincos of 32-bit
-// turns) against double references, over every exponent and a dense sweep.
-TEST(Philox, FastBoxMullerAccuracy) {
-  for (std::uint32_t k : {1u, 2u, 3u, 1000u, 11863283u, 11863284u, 8388608u, 16777215u, 16777216u}) {
-    double ref = -2.0 * std::log(k / 16777216.0);
-    EXPECT_NEAR(rng::minus2_log_u24(k), ref, 4e-7 * ref + 1e-30) << k;
+// ---- the float32 normal ziggurat (philox.hpp, tables from scripts/gen_ziggurat.py) ----
+namespace {
+constexpr double kTwo31 = 2147483648.0;
+double layer_edge(int i) { return i >= 256 ? 0.0 : static_cast<double>(rng::kZigTable[i].w) * kTwo31; }  // X[i]
+double normal_cdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+}  // namespace
+
+// The committed tables satisfy the ziggurat's construction: equal layer areas, densities at
+// the edges, fast-accept bounds never above the next edge, and the base layer's width.
+TEST(Ziggurat, TableInvariants) {
+  const double r = layer_edge(1);
+  const double v = r * std::exp(-0.5 * r * r) + std::sqrt(M_PI / 2) * std::erfc(r / std::sqrt(2.0));
+  EXPECT_NEAR(r, 3.6541528853610088, 1e-6);
+  EXPECT_NEAR(layer_edge(0), v / std::exp(-0.5 * r * r), 1e-5);
+  EXPECT_EQ(rng::kZigTable[0].t, CK_ZIGGURAT_R);
+  EXPECT_EQ(rng::kZigTable[255].t, 0.0f);  // the top layer has no rectangle part
+  EXPECT_EQ(rng::kZigDensity[256], 1.0f);
+  for (int i = 1; i < 256; ++i) {
+    const double xi = layer_edge(i), xn = layer_edge(i + 1);
+    ASSERT_LT(xn, xi) << i;
+    ASSERT_LE(static_cast<double>(rng::kZigTable[i].t), xn) << i;  // rounded down
+    ASSERT_NEAR(rng::kZigTable[i].t, xn, 5e-7 * xn + 1e-30) << i;
+    ASSERT_NEAR(rng::kZigDensity[i], std::exp(-0.5 * xi * xi), 1e-7) << i;
+    const double area = xi * (static_cast<double>(rng::kZigDensity[i + 1]) - rng::kZigDensity[i]);
+    ASSERT_NEAR(area / v, 1.0, 2e-4) << i;  // float tables: the difference of two densities
   }
-  EXPECT_EQ(rng::minus2_log_u24(16777216u), 0.0f);
-  for (std::uint32_t k = 1; k <= (1u << 24); k += 4099) {
-    double ref = -2.0 * std::log(k / 16777216.0);
-    ASSERT_NEAR(rng::minus2_log_u24(k), ref, 4e-7 * ref + 1e-30) << k;
+  EXPECT_NEAR(CK_ZIGGURAT_INV_R * CK_ZIGGURAT_R, 1.0f, 1e-7);
+}
+
+TEST(Ziggurat, ExpAccuracy) {
+  for (double a = -6.9; a <= 0.0; a += 1.0 / 4096) {
+    const float got = rng::zig_exp(static_cast<float>(a));
+    const double ref = std::exp(static_cast<double>(static_cast<float>(a)));
+    ASSERT_NEAR(got, ref, 2.5e-7 * ref) << a;
   }
-  for (std::uint64_t x = 0; x < (1ull << 32); x += 65537) {
-    float s, c;
-    rng::sincos_u32(static_cast<std::uint32_t>(x), &s, &c);
-    double ang = 2 * M_PI * (static_cast<std::uint32_t>(x) >> 7) / 33554432.0;  // top 25 bits
-    ASSERT_NEAR(s, std::sin(ang), 2e-7) << x;
-    ASSERT_NEAR(c, std::cos(ang), 2e-7) << x;
+}
+
+// The randn specialisation of ck_normal_f32 skips the fma: fma(v, 1, 0) must equal v for
+// every candidate (in particular no candidate is -0, which the fma would turn into +0).
+TEST(Ziggurat, CandidatesAreNeverNegativeZero) {
+  for (std::uint32_t i = 0; i < 256; ++i)
+    for (std::uint32_t j : {0u, 1u, 0x7fffffu, 0x800000u, 0xffffffu}) {
+      const float v = rng::zig_candidate((j << 8) | i, rng::kZigTable[i].w);
+      ASSERT_EQ(ops::f32_bits(rng::fma32(v, 1.0f, 0.0f)), ops::f32_bits(v)) << i << " " << j;
+    }
+}
+
+namespace {
+// n standard normals from the CPU executor (the emulated backend's path, and the bits the
+// GPU kernels must reproduce).
+std::vector<float> cpu_normals(std::int64_t n, std::uint64_t seed, double mean = 0.0, double sd = 1.0) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  rng::SampleArgs a{};
+  a.out = out.data();
+  a.n = n;
+  a.dtype = ops::kFloat32;
+  a.dist = rng::kNormal;
+  a.a = mean;
+  a.b = sd;
+  a.philox = rng::PhiloxArgs{seed, 0, nullptr};
+  a.keys = rng::philox_keys(seed);
+  for (std::int64_t b = 0; b < (n + 3) / 4; ++b) rng::sample_block(a, 0, b);
+  return out;
+}
+}  // namespace
+
+// Distribution check with bins at the layer edges X[i], where the wedges (the slow path)
+// carry a large share of each bin's mass: a wrong wedge or tail test shows up as a bin off
+// by many standard deviations. 2^24 samples; also the moments and the tail frequency.
+TEST(Ziggurat, DistributionByLayerEdges) {
+  const std::int64_t n = 1 << 24;
+  auto z = cpu_normals(n, 20251130);
+  std::vector<double> edges;  // increasing: -X[1] .. -X[255], 0, X[255] .. X[1]
+  for (int i = 1; i < 256; ++i) edges.push_back(-layer_edge(i));
+  edges.push_back(0.0);
+  for (int i = 255; i >= 1; --i) edges.push_back(layer_edge(i));
+  std::vector<std::int64_t> counts(edges.size() + 1, 0);
+  double m1 = 0, m2 = 0, m3 = 0, m4 = 0;
+  std::int64_t tail = 0;
+  for (float f : z) {
+    const double x = f;
+    counts[static_cast<std::size_t>(std::upper_bound(edges.begin(), edges.end(), x) - edges.begin())]++;
+    m1 += x; m2 += x * x; m3 += x * x * x; m4 += x * x * x * x;
+    tail += std::fabs(x) > layer_edge(1);
   }
+  double chi2 = 0, worst = 0;
+  for (std::size_t b = 0; b < counts.size(); ++b) {
+    const double lo = b == 0 ? -INFINITY : edges[b - 1], hi = b == edges.size() ? INFINITY : edges[b];
+    const double expect = n * (normal_cdf(hi) - normal_cdf(lo));
+    const double d = (counts[b] - expect) / std::sqrt(expect);
+    chi2 += d * d;
+    worst = std::max(worst, std::fabs(d));
+  }
+  const double dof = static_cast<double>(counts.size() - 1);
+  EXPECT_LT(chi2, dof + 5 * std::sqrt(2 * dof)) << "worst bin " << worst << " sigma";
+  EXPECT_LT(worst, 5.0);
+  EXPECT_NEAR(m1 / n, 0.0, 5 * std::sqrt(1.0 / n));
+  EXPECT_NEAR(m2 / n, 1.0, 5 * std::sqrt(2.0 / n));
+  EXPECT_NEAR(m3 / n, 0.0, 5 * std::sqrt(15.0 / n));
+  EXPECT_NEAR(m4 / n, 3.0, 5 * std::sqrt(96.0 / n));
+  const double p_tail = 2 * normal_cdf(-layer_edge(1));
+  EXPECT_NEAR(static_cast<double>(tail), n * p_tail, 5 * std::sqrt(n * p_tail));
+}
+
+// The tail path alone: words of the base layer beyond R must give the normal tail,
+// P(X > R + t | X > R), checked by Kolmogorov-Smirnov on 200k slow-path samples.
+TEST(Ziggurat, TailPathMatchesNormalTail) {
+  const double r = CK_ZIGGURAT_R;
+  std::vector<double> t;
+  std::uint64_t block = 0;
+  std::uint64_t h = 0x9e3779b97f4a7c15ull;
+  while (t.size() < 200000) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;  // any word of the base layer
+    const std::uint32_t x = static_cast<std::uint32_t>(h >> 32) & 0xffffff00u;
+    const float v = rng::zig_candidate(x, rng::kZigTable[0].w);
+    if (std::fabs(v) < rng::kZigTable[0].t) continue;
+    const float z = rng::zig_slow(x, 77, block++, 0);
+    if (std::fabs(z) >= r) t.push_back(std::fabs(z));  // a retry may land elsewhere
+  }
+  std::sort(t.begin(), t.end());
+  const double tail = normal_cdf(-r);
+  double d = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const double f = 1 - normal_cdf(-t[i]) / tail;  // conditional CDF beyond R
+    d = std::max({d, std::fabs(f - double(i) / t.size()), std::fabs(f - double(i + 1) / t.size())});
+  }
+  EXPECT_LT(d, 1.95 / std::sqrt(static_cast<double>(t.size())));
+}
+
+// Same (seed, stream position) -> same value, whichever block of the call is asked first:
+// the slow path depends on the word and its position only (the GPU kernel relies on this
+// when it finishes rejected elements out of order).
+TEST(Ziggurat, SlowPathIsAFunctionOfPosition) {
+  auto a = cpu_normals(4096 + 3, 5);
+  std::vector<float> b(a.size());
+  rng::SampleArgs args{};
+  args.out = b.data();
+  args.n = static_cast<std::int64_t>(b.size());
+  args.dtype = ops::kFloat32;
+  args.dist = rng::kNormal;
+  args.a = 0.0;
+  args.b = 1.0;
+  args.philox = rng::PhiloxArgs{5, 0, nullptr};
+  for (std::int64_t blk = (args.n + 3) / 4 - 1; blk >= 0; --blk) rng::sample_block(args, 0, blk);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  // mean + std * z with one fma, for every element.
+  auto c = cpu_normals(4096 + 3, 5, -1.5, 0.25);
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(c[i], rng::fma32(a[i], 0.25f, -1.5f)) << i;
 }
 
 TEST(RandomSeeding, TorchSemantics) {
@@ -123,21 +252,29 @@ TEST(RandomSampling, HostAndDeviceBitIdenticalForSameState) {
     EXPECT_EQ(to_vec(h), to_vec(d)) << dtype_name(t);
     EXPECT_EQ(hg.offset(), dg.offset());
   }
-  // The float32 fast kernels (ck_uniform_f32 / ck_normal_f32) plus their n % 4 tail, at a
-  // size that spans several grid-stride iterations, and a nonzero starting offset.
-  for (int dist = 0; dist < 2; ++dist) {
-    Generator hg(Device::cpu(), 1234);
-    Generator& dg = default_generator(0);
-    dg.manual_seed(1234);
-    hg.set_offset(40);
-    dg.set_offset(40);
-    const std::int64_t n = 3 * 1000 * 1000 + 3;
-    Tensor h = empty({n}, TensorOptions{DType::float32});
-    Tensor d = empty({n}, TensorOptions{DType::float32, Device::cuda(0)});
-    if (dist == 0) { h.uniform_(-2.0, 3.0, &hg); d.uniform_(-2.0, 3.0, &dg); }
-    else { h.normal_(1.0, 0.5, &hg); d.normal_(1.0, 0.5, &dg); }
-    Tensor dh = d.to(Device::cpu()).contiguous();
-    EXPECT_EQ(0, std::memcmp(h.data_ptr(), dh.data_ptr(), static_cast<std::size_t>(n) * 4)) << "dist " << dist;
+  // The float32 fast kernels (ck_uniform_f32 / ck_normal_f32) plus their partial chunk and
+  // n % 4 tail, at sizes from below one 64-block chunk to many grid-stride iterations (the
+  // normal kernel's deferred slow path drains its queues mid-loop and at the end), with a
+  // nonzero starting offset; normal_ both as randn (mean 0, std 1: the kernel's no-fma
+  // branch) and with a mean and std.
+  struct Case { int dist; double p0, p1; };
+  for (const Case c : {Case{0, -2.0, 3.0}, Case{1, 1.0, 0.5}, Case{1, 0.0, 1.0}}) {
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{255}, std::int64_t{256 * 3 + 2}, std::int64_t{65537},
+                           std::int64_t{3 * 1000 * 1000 + 3}, std::int64_t{(1 << 24) + 1}}) {
+      Generator hg(Device::cpu(), 1234);
+      Generator& dg = default_generator(0);
+      dg.manual_seed(1234);
+      hg.set_offset(40);
+      dg.set_offset(40);
+      Tensor h = empty({n}, TensorOptions{DType::float32});
+      Tensor d = empty({n}, TensorOptions{DType::float32, Device::cuda(0)});
+      if (c.dist == 0) { h.uniform_(c.p0, c.p1, &hg); d.uniform_(c.p0, c.p1, &dg); }
+      else { h.normal_(c.p0, c.p1, &hg); d.normal_(c.p0, c.p1, &dg); }
+      Tensor dh = d.to(Device::cpu()).contiguous();
+      EXPECT_EQ(0, std::memcmp(h.data_ptr(), dh.data_ptr(), static_cast<std::size_t>(n) * 4))
+          << "dist " << c.dist << " (" << c.p0 << ", " << c.p1 << ") n " << n;
+      EXPECT_EQ(hg.offset(), dg.offset());
+    }
   }
 }
 

@@ -9,21 +9,25 @@
 // away from zero, as the tensor cores' cvt.rna) first, so results carry the precision they
 // would have on an sm_80+ GPU; the product itself stays float32.
 //
-// Measured (2 cores, OpenBLAS 0.3.21 pthread): 1024^2 float32 matmul ~0.05 s, against 4.6 s
-// for the hand-written triple loop this replaces. Without CBLAS at build time (CMake warns)
-// a plain loop with float32/float64 accumulation is used instead.
-#include <dlfcn.h>
-
+// CBLAS is opened at the first GEMM (library_loader), not linked: linked, OpenBLAS loaded
+// with libcudakit and started its thread pool in every process, also on the cuda backend that
+// never calls it (15 idle threads on the H200 host, ~2 ms of import). Only the two functions
+// below are used; their C ABI (and the enum values) are fixed by the CBLAS interface, so no
+// header or link-time dependency remains.
+//
+// Measured (2 busy cores, OpenBLAS 0.3.21, one thread, see cblas()): 1024^2 float32 matmul
+// ~0.03 s, against 4.6 s for the hand-written triple loop. Without a loadable CBLAS the plain loop is the fallback
+// (optional_libraries() says why).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
-#if defined(CUDAKIT_HAVE_CBLAS)
-#include <cblas.h>
-#endif
-
-#include "backend/emulated/gemm_host.hpp"
 #include "backend/emulated/state.hpp"
+#include "backend/emulated/gemm_host.hpp"
+#include "backend/library_loader.hpp"
 #include "cudakit/error.hpp"
 #include "kernels/numeric.hpp"
 
@@ -33,18 +37,65 @@ namespace {
 using ops::BFloat16;
 using ops::Half;
 
+// The CBLAS C interface (cblas.h): CBLAS_ORDER / CBLAS_TRANSPOSE values and the two GEMMs.
+enum : int { kCblasColMajor = 102, kCblasNoTrans = 111, kCblasTrans = 112 };
+using SgemmFn = void(int order, int ta, int tb, int m, int n, int k, float alpha, const float* a, int lda,
+                     const float* b, int ldb, float beta, float* c, int ldc);
+using DgemmFn = void(int order, int ta, int tb, int m, int n, int k, double alpha, const double* a, int lda,
+                     const double* b, int ldb, double beta, double* c, int ldc);
+
+struct Cblas {
+  LoadedLibrary lib;
+  SgemmFn* sgemm = nullptr;
+  DgemmFn* dgemm = nullptr;
+};
+
+// Loaded once, on first use (GEMM or the library report); never unloaded.
+//
+// Single-threaded unless the user asked otherwise: OpenBLAS (pthread build, 0.3.21) starts
+// one worker per core in its load-time constructor and joins them in its exit-time
+// destructor, and that join sometimes never returned (2 of 10 runs of the README snippet
+// hung at exit, the worker asleep on its condition variable; never with no worker). The
+// emulated backend is a CI and development tool, so its GEMM trades the pool (~2x on 2
+// cores) for an exit that always returns. OpenBLAS reads OPENBLAS_NUM_THREADS only in that
+// constructor, so the variable is set around the dlopen and removed again (children and
+// later loads are unaffected); an explicit OPENBLAS_NUM_THREADS is left alone.
+const Cblas& cblas() noexcept {
+  static const Cblas* lib = [] {
+    auto* c = new Cblas();  // leaked: OpenBLAS threads may outlive static destruction
+    const bool cap_threads = std::getenv("OPENBLAS_NUM_THREADS") == nullptr;
+    if (cap_threads) setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    c->lib = load_library(
+        {"CBLAS", {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"},
+         "install OpenBLAS (Debian: libopenblas0) for a fast emulated matmul; a plain loop is "
+         "used meanwhile",
+         [](const LoadedLibrary& l) -> std::string {
+           using Config = const char*();
+           if (auto* config = reinterpret_cast<Config*>(l.symbol("openblas_get_config"))) {
+             if (const char* text = config()) return text;
+           }
+           return "";
+         }},
+        {bind_symbol("cblas_sgemm", c->sgemm), bind_symbol("cblas_dgemm", c->dgemm)});
+    if (cap_threads) unsetenv("OPENBLAS_NUM_THREADS");
+    return c;
+  }();
+  return *lib;
+}
+
 // C[m x n] (column-major, ldc) = alpha op(A) op(B) + beta C for T in {float, double}.
 template <class T>
 void gemm_typed(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
                 int ldb, T beta, T* c, int ldc) {
-#if defined(CUDAKIT_HAVE_CBLAS)
-  const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  } else {
-    cblas_dgemm(CblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (const Cblas& blas = cblas(); blas.lib.available()) {
+    const int opa = ta ? kCblasTrans : kCblasNoTrans, opb = tb ? kCblasTrans : kCblasNoTrans;
+    if constexpr (std::is_same_v<T, float>) {
+      blas.sgemm(kCblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else {
+      blas.dgemm(kCblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+    return;
   }
-#else
   auto at = [&](int i, int p) { return ta ? a[static_cast<std::size_t>(i) * lda + p]
                                           : a[static_cast<std::size_t>(p) * lda + i]; };
   auto bt = [&](int p, int j) { return tb ? b[static_cast<std::size_t>(p) * ldb + j]
@@ -61,7 +112,6 @@ void gemm_typed(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int 
     for (int i = 0; i < m; ++i)
       col[i] = alpha * acc[static_cast<std::size_t>(i)] + (beta == T(0) ? T(0) : beta * col[i]);
   }
-#endif
 }
 
 // C = beta * C for an empty product (k == 0); beta == 0 writes zeros without reading C.
@@ -185,25 +235,8 @@ void* EmulatedBackend::solver_handle(int device, StreamHandle) {
 std::vector<LibraryInfo> EmulatedBackend::optional_libraries() noexcept {
   std::vector<LibraryInfo> out;
   try {
-    LibraryInfo blas;
-    blas.name = "CBLAS";
-#if defined(CUDAKIT_HAVE_CBLAS)
-    blas.found = true;
-#if defined(OPENBLAS_VERSION)
-    blas.name = "OpenBLAS";
-    if (const char* config = openblas_get_config()) blas.version = config;
-#endif
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) && info.dli_fname) {
-      blas.path = info.dli_fname;
-      blas.soname = blas.path.substr(blas.path.rfind('/') + 1);
-    }
-#else
-    blas.reason = "cudakit was built without CBLAS (install libopenblas-dev and rebuild): the "
-                  "emulated matmul uses a plain loop";
-#endif
-    out.push_back(std::move(blas));
-  } catch (...) {
+    out.push_back(cblas().lib.info());  // loads CBLAS: a report is an explicit request
+  } catch (...) {  // allocation failure while copying strings: report what we have
   }
   return out;
 }

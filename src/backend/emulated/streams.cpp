@@ -10,14 +10,20 @@
 // The two directions are decided under Device::mu so the "already enqueued" snapshots are
 // consistent (no cycles); non-blocking streams never take it.
 //
-// Process exit: workers are detached and never joined; once detail::is_shutting_down() is
-// set they stop running tasks.
+// Process exit: workers are detached and never joined; once exit() begins they start no new
+// task, and the exit waits (bounded) for the tasks already running: a task may be inside a
+// library whose own exit-time destructor frees what the task uses (OpenBLAS frees its GEMM
+// buffers in one: a GEMM still running crashed the process after the script had finished).
 //
 // Task failures: an exception thrown by a task is caught on the worker, the stream keeps
 // running later work (so events and waits still complete), and the first failure becomes a
 // sticky CUDA_ERROR_LAUNCH_FAILED reported by every later sync/query of that stream (and
 // once by device_synchronize).
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "backend/emulated/state.hpp"
 #include "cudakit/error.hpp"
@@ -25,7 +31,31 @@
 namespace cudakit::detail::emulated {
 namespace {
 constexpr int kLaunchFailed = 719;
+
+// Tasks executing right now, and whether exit() has begun (set by the exit handler below,
+// before detail::is_shutting_down(): handlers run in reverse order of registration).
+std::atomic<int> g_running_tasks{0};
+std::atomic<bool> g_exiting{false};
+thread_local bool t_is_worker = false;
+
+// Runs at exit() (registered when the first worker starts): atexit handlers run before the
+// ELF destructors of loaded libraries (_dl_fini was registered first). A task that calls
+// exit() itself is not waited for; a task that never ends is given up on after 10 s.
+void wait_for_running_tasks_at_exit() {
+  g_exiting.store(true, std::memory_order_release);
+  const int self = t_is_worker ? 1 : 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (g_running_tasks.load(std::memory_order_acquire) > self &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
+
+void register_exit_wait_once() {
+  static const bool registered = [] { return std::atexit(wait_for_running_tasks_at_exit) == 0; }();
+  (void)registered;
+}
+}  // namespace
 
 Stream& EmulatedBackend::legacy_stream(Device& d) {
   if (d.legacy_used.load(std::memory_order_acquire)) return *d.legacy;
@@ -63,11 +93,13 @@ Stream* EmulatedBackend::resolve(StreamHandle h) {
 
 void EmulatedBackend::start_worker(Stream& s) {
   s.worker_started = true;
+  register_exit_wait_once();
   // Detached: a worker must never block process exit; it owns a reference to its stream.
   std::thread(&EmulatedBackend::worker_loop, this, s.shared_from_this()).detach();
 }
 
 void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
+  t_is_worker = true;
   Stream& s = *sp;
   Device& d = *s.device;
   std::unique_lock lk(s.mu);
@@ -81,7 +113,8 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     std::string err;
     // After exit() began, statics the task may touch are being destroyed: skip the work
     // (ops still complete so nothing waits forever).
-    if (op.fn && !is_shutting_down()) {
+    g_running_tasks.fetch_add(1, std::memory_order_acq_rel);
+    if (op.fn && !g_exiting.load(std::memory_order_acquire) && !is_shutting_down()) {
       d.compute.note(true);
       const bool traced = op.trace.kind != ActivityKind::none;
       const std::int64_t t0 = traced ? trace_clock_ns() : 0;
@@ -97,6 +130,7 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
       d.compute.note(false);
     }
     op = Op{};  // drop captured state before signalling completion
+    g_running_tasks.fetch_sub(1, std::memory_order_acq_rel);
     lk.lock();
     if (!err.empty() && s.error.empty()) s.error = std::move(err);
     ++s.completed;
