@@ -365,6 +365,25 @@ def _make_use_mem_pool(torch: Any, original: Any) -> Any:
     return use_mem_pool
 
 
+def _make_settings_forward(original: Any) -> Any:
+    def set_allocator_settings(conf: str) -> None:
+        """cudakit (use_with_torch): torch.cuda.memory._set_allocator_settings also configures
+        cudakit's pool, which serves torch's CUDA memory (expandable_segments,
+        max_split_size_mb, ...); torch applies it too (its pinned-memory keys still matter)."""
+        if not isinstance(conf, str):
+            raise TypeError(f"_set_allocator_settings(): argument 'env' must be a str, not "
+                            f"{type(conf).__name__} ({conf!r})")
+        _C._mem_set_settings(conf)  # first: a value cudakit rejects leaves both unchanged
+        original(conf)
+
+    set_allocator_settings.__wrapped__ = original
+    return set_allocator_settings
+
+
+# torch._C entry points of torch's allocator settings (older and newer torch).
+_SETTINGS_ENTRY_POINTS = ("_cuda_cudaCachingAllocator_set_allocator_settings",
+                          "_accelerator_setAllocatorSettings")
+
 _C_REPLACEMENTS = {
     "_cuda_memoryStats": memory_stats_nested,
     "_cuda_resetAccumulatedMemoryStats": reset_accumulated,
@@ -392,6 +411,10 @@ def patch(torch: Any) -> None:
         for name, fn in _C_REPLACEMENTS.items():
             if hasattr(torch._C, name):
                 _set(torch._C, name, fn)
+        for name in _SETTINGS_ENTRY_POINTS:
+            original = getattr(torch._C, name, None)
+            if original is not None:
+                _set(torch._C, name, _make_settings_forward(original))
         mem = torch.cuda.memory
         for name, fn in _make_python_replacements(torch).items():
             original = getattr(mem, name, None)

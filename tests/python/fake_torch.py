@@ -53,6 +53,8 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
     C._cuda_record_memory_history = _unsupported("recordHistory")
     C._cuda_record_memory_history_legacy = _unsupported("recordHistory")
     C._cuda_getMemoryFraction = _unsupported("getMemoryFraction")
+    torch.settings_calls = []
+    C._cuda_cudaCachingAllocator_set_allocator_settings = torch.settings_calls.append
     torch.empty_cache_calls = []
     C._cuda_emptyCache = lambda: torch.empty_cache_calls.append(1)
     C._cuda_customAllocator = lambda m, f: FakeRawAllocator(m, f, without_setters)
@@ -104,7 +106,8 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
 # The torch._C entry points torch.cuda.memory reads at call time.
 C_NAMES = ("_cuda_memoryStats", "_cuda_resetAccumulatedMemoryStats", "_cuda_resetPeakMemoryStats",
            "_cuda_memorySnapshot", "_cuda_record_memory_history",
-           "_cuda_record_memory_history_legacy", "_cuda_getMemoryFraction", "_cuda_emptyCache")
+           "_cuda_record_memory_history_legacy", "_cuda_getMemoryFraction", "_cuda_emptyCache",
+           "_cuda_cudaCachingAllocator_set_allocator_settings")
 
 _MEMORY_EXPORTS = ("memory_stats", "memory_stats_as_nested_dict", "memory_allocated",
                    "max_memory_allocated", "memory_reserved", "max_memory_reserved",
@@ -152,6 +155,9 @@ def reset_accumulated_memory_stats(device=None):
 def empty_cache():
     if is_initialized():
         torch._C._cuda_emptyCache()
+
+def _set_allocator_settings(env):
+    return torch._C._cuda_cudaCachingAllocator_set_allocator_settings(env)
 
 def get_per_process_memory_fraction(device=None):
     return torch._C._cuda_getMemoryFraction(_get_device_index(device))

@@ -187,8 +187,7 @@ def test_mempool_and_use_mem_pool(interop, torch):
     assert torch.cuda.MemPool is torch.cuda.memory.MemPool
     pool = torch.cuda.MemPool(no_split=True)
     assert "cudakit" in type(pool).__doc__
-    a, b = pool.id
-    assert a == 0 and b > 0, "an id in torch's space (graph_pool_handle)"
+    assert pool.id != torch.cuda.MemPool().id, "a fresh id of torch's (graph_pool_handle)"
     assert pool.use_count() == 1
     with torch.cuda.use_mem_pool(pool):
         pass
@@ -241,6 +240,28 @@ def test_torch_alloc_conf_applies_to_cudakit(interop, torch, monkeypatch):
     monkeypatch.setenv("CUDAKIT_ALLOC_CONF", "max_split_size_mb:512")
     with pytest.warns(UserWarning, match="CUDAKIT_ALLOC_CONF"):
         interop.use_with_torch()
+
+
+def test_allocator_settings_reach_cudakit(interop, torch):
+    interop.use_with_torch()
+    interop.caching_allocator_delete(interop.caching_allocator_alloc(4096))  # pool in use
+    torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:4")
+    assert torch.settings_calls == ["roundup_power2_divisions:4"]  # torch's copy too
+    with pytest.raises(ValueError, match="roundup_power2_divisions.*power of two"):
+        torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:3")
+    # fixed once the pool allocated: refused with cudakit's reason, torch's copy unchanged
+    with pytest.raises(ValueError, match="expandable_segments"):
+        torch.cuda.memory._set_allocator_settings(
+            "expandable_segments:" + ("False" if _expandable() else "True"))
+    assert torch.settings_calls == ["roundup_power2_divisions:4"]
+    torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:0")  # the default
+
+
+def _expandable() -> bool:
+    import os
+
+    conf = os.environ.get("CUDAKIT_ALLOC_CONF", "") + os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    return "expandable_segments:True" in conf
 
 
 # ---- per-framework breakdown ----
