@@ -347,7 +347,10 @@ def _make_use_mem_pool(torch: Any, original: Any) -> Any:
         being captured keeps the pool alive (torch's _retain_pool takes only its own class)."""
         idx = torch.cuda.current_device() if device is None else \
             torch.cuda._get_device_index(device)
-        torch._C._cuda_beginAllocateCurrentThreadToPool(idx, pool.id)
+        # torch >= 2.6 routes only this thread; older torch has the all-streams form only
+        begin = getattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", None) or \
+            torch._C._cuda_beginAllocateToPool
+        begin(idx, pool.id)
         try:
             if torch.cuda.is_current_stream_capturing():
                 graph = torch.cuda.CUDAGraph.get_currently_capturing_graph()

@@ -384,7 +384,8 @@ def use_with_torch(patch_torch_memory_api: bool = True) -> None:
     memory_stats_as_nested_dict, memory_summary, memory_snapshot, reset_peak_memory_stats,
     reset_accumulated_memory_stats, empty_cache, _record_memory_history, _snapshot,
     _dump_snapshot, get_per_process_memory_fraction) answers from cudakit with torch's keys and
-    formats, so torch.cuda._memory_viz and memory loggers keep working; torch.cuda.MemPool
+    formats, so torch.cuda._memory_viz and memory loggers keep working;
+    torch.cuda.memory._set_allocator_settings also configures cudakit's pool; torch.cuda.MemPool
     becomes a cudakit-backed pool with torch's interface; torch.multiprocessing sharing of CUDA
     tensors raises a RuntimeError naming the limitation (the pluggable interface has no IPC
     hooks). The patch is logged (logger "cudakit.memory", INFO), listed by
@@ -424,8 +425,9 @@ def stop_using_with_torch() -> None:
     if _torch_interop.installed():
         import warnings
 
-        warnings.warn("stop_using_with_torch(): torch's memory API is torch's again"
-                      + (", but" if was_patched else "; ") +
+        warnings.warn("stop_using_with_torch(): "
+                      + ("torch's memory API is torch's again, but" if was_patched else
+                         "torch's memory API was not patched;") +
                       " torch keeps allocating from cudakit's pool (torch cannot switch back from "
                       "a pluggable allocator), so its statistics calls raise torch's "
                       "pluggable-allocator errors; use cudakit.memory's", UserWarning,
