@@ -352,8 +352,10 @@ def _make_use_mem_pool(torch: Any, original: Any) -> Any:
             torch._C._cuda_beginAllocateToPool
         begin(idx, pool.id)
         try:
-            if torch.cuda.is_current_stream_capturing():
-                graph = torch.cuda.CUDAGraph.get_currently_capturing_graph()
+            current = getattr(getattr(torch.cuda, "CUDAGraph", None), "get_currently_capturing_graph",
+                              None)
+            if current is not None and torch.cuda.is_current_stream_capturing():
+                graph = current()
                 kept = getattr(graph, "_cudakit_pools", None)
                 if kept is None:
                     kept = []
@@ -361,7 +363,9 @@ def _make_use_mem_pool(torch: Any, original: Any) -> Any:
                 kept.append(pool)
             yield
         finally:
-            torch._C._cuda_endAllocateToPool(idx, pool.id)
+            end = getattr(torch._C, "_cuda_endAllocateToPool", None) or \
+                torch._C._cuda_endAllocateCurrentStreamToPool
+            end(idx, pool.id)
             torch._C._cuda_releasePool(idx, pool.id)
 
     use_mem_pool.__wrapped__ = original
