@@ -400,6 +400,11 @@ _C_REPLACEMENTS = {
     "_cuda_record_memory_history": record_history,
     "_cuda_record_memory_history_legacy": record_history_legacy,
     "_cuda_getMemoryFraction": get_memory_fraction,
+    # torch.accelerator.memory_* (torch >= 2.9) read the device allocator through these
+    "_accelerator_getDeviceStats": memory_stats_nested,
+    "_accelerator_resetPeakStats": reset_peak,
+    "_accelerator_resetAccumulatedStats": reset_accumulated,
+    "_accelerator_emptyCache": empty_cache_c,
 }
 
 
