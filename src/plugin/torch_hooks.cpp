@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "cudakit/error.hpp"
@@ -25,7 +26,10 @@ std::atomic<bool> g_used{false};
 constexpr auto kTorch = static_cast<std::uint8_t>(MemoryClient::torch);
 
 void note_failure(const char* fn, const char* what, bool print) noexcept {
-  std::snprintf(g_last_error, sizeof g_last_error, "%s: %s", fn, what);
+  // cudakit's messages usually start with the function's name already: no second prefix
+  const bool named = std::strncmp(what, fn, std::strlen(fn)) == 0;
+  std::snprintf(g_last_error, sizeof g_last_error, "%s%s%s", named ? "" : fn, named ? "" : ": ",
+                what);
   if (print) std::fprintf(stderr, "cudakit: %s\n", g_last_error);
 }
 
