@@ -113,6 +113,11 @@ def install(torch: Any) -> None:
     with _lock:
         if _state["allocator"] is not None:
             return
+        if not hasattr(torch._C, "_cuda_customAllocator"):
+            raise RuntimeError(
+                "use_with_torch(): this torch (" + str(getattr(torch, "__version__", "?")) +
+                ") is built without CUDA (no pluggable CUDA allocator); install a CUDA build "
+                "of torch")
         _apply_torch_alloc_conf()
         allocator, missing = make_allocator(torch)
         if _POOL_SETTERS & set(missing):

@@ -70,6 +70,14 @@ def test_install_refuses_a_torch_without_pool_hooks(interop, monkeypatch):
     assert not interop.torch_interop_state()["allocator_installed"]
 
 
+def test_install_refuses_a_cpu_only_torch(interop, monkeypatch):
+    t = fake_torch.make()
+    del t._C._cuda_customAllocator
+    monkeypatch.setitem(sys.modules, "torch", t)
+    with pytest.raises(RuntimeError, match="built without CUDA"):
+        interop.use_with_torch()
+
+
 def test_install_after_first_allocation_says_when_to_call(interop, monkeypatch):
     t = fake_torch.make(swap_error="Can't swap an already initialized allocator")
     monkeypatch.setitem(sys.modules, "torch", t)
