@@ -94,6 +94,7 @@ ASAN_TESTS=(
   test_memory_host
   test_memory_oom
   test_memory_pluggable
+  test_memory_plugin
   test_memory_sizes
   test_memory_stress
   test_nccl

@@ -31,6 +31,21 @@ enum class StatPool { all = 0, small_pool = 1, large_pool = 2 };
 inline constexpr int kNumStatPools = 3;
 inline constexpr const char* kStatPoolNames[kNumStatPools] = {"all", "small_pool", "large_pool"};
 
+// Who an allocation was made for: the per-framework breakdown of memory_stats() ("framework.
+// <name>.allocated_bytes.current", ...). Allocations through cudakit's own API are `cudakit`;
+// those through the torch plug-in (libcudakit_alloc.so / use_with_torch) are `torch`, those
+// through cudakit.memory.cupy_allocator() are `cupy`. A one-byte tag on the block: the
+// statistics stay exact (peak included) for each framework.
+enum class MemoryClient : std::uint8_t { cudakit = 0, torch = 1, cupy = 2 };
+inline constexpr int kNumMemoryClients = 3;
+inline constexpr const char* kMemoryClientNames[kNumMemoryClients] = {"cudakit", "torch", "cupy"};
+// Statistics of one framework's allocations (same semantics as MemoryStats' fields).
+struct ClientMemoryStats {
+  MemoryStat allocation;       // live allocations (count)
+  MemoryStat allocated_bytes;  // bytes handed out (rounded)
+  MemoryStat requested_bytes;  // bytes asked for
+};
+
 struct MemoryStats {
   MemoryStat allocation[kNumStatPools];          // live allocations (count)
   MemoryStat segment[kNumStatPools];             // device allocations (count)
@@ -49,12 +64,15 @@ struct MemoryStats {
   std::int64_t max_split_size = 0;      // -1 when unlimited (torch: SIZE_MAX → -1)
   MemoryStat oversize_allocations;      // allocations > max_split_size
   MemoryStat oversize_segments;
+  ClientMemoryStats by_client[kNumMemoryClients];  // indexed by MemoryClient
 };
 
 // Typed statistics of `device`'s caching allocator.
 MemoryStats memory_stats_of(int device = kCurrentDevice);
 // torch.cuda.memory_stats(): flat keys ("allocated_bytes.all.current", "num_ooms", ...),
-// sorted as torch's OrderedDict.
+// sorted as torch's OrderedDict, plus cudakit's per-framework breakdown
+// "framework.{cudakit,torch,cupy}.{allocation,allocated_bytes,requested_bytes}.{current,peak,
+// allocated,freed}" (torch has no such keys; its tools ignore them).
 std::map<std::string, std::int64_t> memory_stats(int device = kCurrentDevice);
 
 std::size_t memory_allocated(int device = kCurrentDevice);      // O(1)
@@ -89,6 +107,12 @@ void set_allocator_settings(const std::string& conf);
 void* caching_allocator_alloc(std::size_t bytes, int device = kCurrentDevice,
                               std::optional<StreamRef> stream = std::nullopt);
 void caching_allocator_delete(void* ptr);
+// caching_allocator_alloc on behalf of another framework: the same memory, counted under
+// `client` in memory_stats()' "framework.*" breakdown (cudakit.memory.cupy_allocator uses it).
+// Free with caching_allocator_delete.
+void* caching_allocator_alloc_for(MemoryClient client, std::size_t bytes,
+                                  int device = kCurrentDevice,
+                                  std::optional<StreamRef> stream = std::nullopt);
 // While disabled, allocations go straight to the device (and frees straight back).
 void caching_allocator_enable(bool enabled = true);
 bool caching_allocator_enabled() noexcept;

@@ -30,7 +30,9 @@ __all__ = [
     "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
     "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
     "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool",
-    "plugin_path", "torch_allocator", "use_with_torch", "cupy_allocator", "use_with_cupy",
+    "plugin_path", "torch_allocator", "use_with_torch", "stop_using_with_torch",
+    "torch_interop_state", "cupy_allocator", "use_with_cupy", "memory_stats_by_framework",
+    "memory_allocated_by",
 ]
 
 
@@ -345,7 +347,10 @@ def _reset_current_allocator() -> None:
 
 def plugin_path() -> str:
     """Path of libcudakit_alloc.so: cudakit's caching allocator behind torch's pluggable
-    allocator C ABI (functions ``cudakit_malloc`` / ``cudakit_free``)."""
+    allocator C ABI, by name (``cudakit_malloc`` / ``cudakit_free``, and ``cudakit_empty_cache``,
+    ``cudakit_record_stream``, ``cudakit_begin_allocate_to_pool``, ... for torch's hook
+    setters). :func:`use_with_torch` needs no path: it hands torch the same functions by
+    address."""
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -356,38 +361,135 @@ def plugin_path() -> str:
 
 
 def torch_allocator():
-    """A ``torch.cuda.memory.CUDAPluggableAllocator`` drawing from cudakit's pool. Install it
-    with ``torch.cuda.memory.change_current_allocator(...)`` before torch allocates on the
-    GPU; torch's allocations then show in ``cudakit.memory_stats()`` and snapshots."""
+    """A torch allocator object (``torch.cuda.memory._CUDAAllocator``) drawing from cudakit's
+    pool, with every hook torch's pluggable allocator accepts (empty_cache, memory fraction,
+    record_stream, base allocation, and the pool hooks of CUDA graph capture and
+    ``torch.cuda.use_mem_pool``). Install it with ``torch.cuda.memory.change_current_allocator``
+    before torch allocates on the GPU, or call :func:`use_with_torch`, which also makes
+    torch's memory API answer from cudakit."""
     import torch
 
-    return torch.cuda.memory.CUDAPluggableAllocator(plugin_path(), "cudakit_malloc", "cudakit_free")
+    from . import _torch_interop
+
+    return _torch_interop.make_allocator(torch)[0]
 
 
-def use_with_torch() -> None:
-    """``change_current_allocator(torch_allocator())`` in one call."""
+def use_with_torch(patch_torch_memory_api: bool = True) -> None:
+    """Make cudakit's pool torch's CUDA allocator; call before torch's first CUDA allocation.
+
+    torch's allocations then come from cudakit's pool (shared with CuPy and cudakit) and count
+    as "torch" in :func:`memory_stats_by_framework`. torch features that rely on the allocator
+    go through its pluggable interface: ``torch.cuda.empty_cache``,
+    ``set_per_process_memory_fraction``, ``Tensor.record_stream``, CUDA graph capture with
+    private pools, ``torch.cuda.use_mem_pool``. Out of memory in a torch operation raises
+    RuntimeError with cudakit's "CUDA out of memory" message (torch's pluggable interface has
+    no way to raise torch.OutOfMemoryError). PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF apply
+    to cudakit's allocator (same syntax) unless CUDAKIT_ALLOC_CONF is set.
+
+    With ``patch_torch_memory_api=True`` (default) torch's own memory API (memory_allocated,
+    max_memory_allocated, memory_reserved, max_memory_reserved, memory_stats,
+    memory_stats_as_nested_dict, memory_summary, memory_snapshot, reset_peak_memory_stats,
+    reset_accumulated_memory_stats, empty_cache, _record_memory_history, _snapshot,
+    _dump_snapshot, get_per_process_memory_fraction) answers from cudakit with torch's keys and
+    formats, so torch.cuda._memory_viz and memory loggers keep working;
+    torch.cuda.memory._set_allocator_settings also configures cudakit's pool; torch.cuda.MemPool
+    becomes a cudakit-backed pool with torch's interface; torch.multiprocessing sharing of CUDA
+    tensors raises a RuntimeError naming the limitation (the pluggable interface has no IPC
+    hooks). The patch is logged (logger "cudakit.memory", INFO), listed by
+    :func:`torch_interop_state`, and undone by :func:`stop_using_with_torch`. Without it,
+    torch's memory API raises torch's "CUDAPluggableAllocator does not yet support ..." errors
+    (a UserWarning says so).
+    """
     import torch
 
-    torch.cuda.memory.change_current_allocator(torch_allocator())
+    from . import _torch_interop
+
+    if not isinstance(patch_torch_memory_api, bool):
+        raise _C.ArgumentTypeError(
+            "use_with_torch(): argument 'patch_torch_memory_api' must be a bool, not "
+            f"{type(patch_torch_memory_api).__name__} ({patch_torch_memory_api!r})")
+    _torch_interop.install(torch)
+    if patch_torch_memory_api:
+        _torch_interop.patch(torch)
+    else:
+        import warnings
+
+        warnings.warn("use_with_torch(patch_torch_memory_api=False): torch.cuda.memory_allocated, "
+                      "memory_stats, memory_summary, memory_snapshot and _record_memory_history "
+                      "raise torch's pluggable-allocator errors; read cudakit.memory's instead",
+                      UserWarning, stacklevel=2)
+
+
+def stop_using_with_torch() -> None:
+    """Undo :func:`use_with_torch`'s patch of torch's memory API (every replaced attribute gets
+    its original back). torch keeps allocating from cudakit's pool: torch never switches away
+    from a pluggable allocator once installed (it counts as initialised from its creation), so
+    a UserWarning says that torch's memory API raises its pluggable-allocator errors again."""
+    from . import _torch_interop
+
+    was_patched = _torch_interop.is_patched()
+    _torch_interop.unpatch()
+    if _torch_interop.installed():
+        import warnings
+
+        warnings.warn("stop_using_with_torch(): "
+                      + ("torch's memory API is torch's again, but" if was_patched else
+                         "torch's memory API was not patched;") +
+                      " torch keeps allocating from cudakit's pool (torch cannot switch back from "
+                      "a pluggable allocator), so its statistics calls raise torch's "
+                      "pluggable-allocator errors; use cudakit.memory's", UserWarning,
+                      stacklevel=2)
+
+
+def torch_interop_state() -> dict[str, Any]:
+    """What :func:`use_with_torch` did in this process: ``allocator_installed``,
+    ``torch_called_hooks`` (torch allocated or initialised through cudakit),
+    ``memory_api_patched`` and ``patched`` (qualified names of the replaced attributes)."""
+    from . import _torch_interop
+
+    return _torch_interop.state()
 
 
 def cupy_allocator():
     """An allocator for ``cupy.cuda.set_allocator``: CuPy's arrays come from cudakit's pool,
-    ordered on CuPy's current stream."""
+    ordered on CuPy's current stream, counted as "cupy" in :func:`memory_stats_by_framework`."""
     import cupy
 
-    def _malloc(size: int, device_id: int) -> int:
-        # A raw handle with an explicit device: no driver query per allocation.
-        return _C._mem_alloc(size, device_id, cupy.cuda.get_current_stream().ptr)
+    from . import _cupy_interop
 
-    def _free(ptr: int, device_id: int) -> None:
-        _C._mem_delete(ptr)
-
-    return cupy.cuda.memory.PythonFunctionAllocator(_malloc, _free).malloc
+    return _cupy_interop.allocator(cupy)
 
 
 def use_with_cupy() -> None:
-    """``cupy.cuda.set_allocator(cupy_allocator())`` in one call."""
+    """``cupy.cuda.set_allocator(cupy_allocator())`` in one call. CuPy's own pool
+    (``cupy.get_default_memory_pool()``) then stays empty: its statistics are replaced by
+    :func:`memory_allocated_by` ("cupy"), :func:`memory_reserved` and :func:`empty_cache`
+    (the table in cudakit/_cupy_interop.py and README)."""
     import cupy
 
-    cupy.cuda.set_allocator(cupy_allocator())
+    from . import _cupy_interop
+
+    _cupy_interop.install(cupy)
+
+
+# ---- per-framework breakdown ----
+
+FRAMEWORKS = ("cudakit", "torch", "cupy")
+
+
+def memory_stats_by_framework(device: Any = None) -> dict[str, dict[str, dict[str, int]]]:
+    """The shared pool's allocations by the framework they were made for:
+    ``{"cudakit"|"torch"|"cupy": {"allocation"|"allocated_bytes"|"requested_bytes":
+    {"current", "peak", "allocated", "freed"}}}`` (the "framework.*" keys of
+    :func:`memory_stats`). The three ``allocated_bytes.current`` add up to
+    :func:`memory_allocated`; reserved memory is shared (segments are not per framework)."""
+    return _nest(_C._mem_stats(_dev(device))).get("framework", {})
+
+
+def memory_allocated_by(framework: str, device: Any = None) -> int:
+    """Bytes currently allocated on ``device`` on behalf of ``framework`` ("cudakit",
+    "torch" or "cupy"): cudakit.memory_allocated() per framework."""
+    if not isinstance(framework, str) or framework not in FRAMEWORKS:
+        raise ValueError(f"memory_allocated_by(): argument 'framework' must be one of "
+                         f"{', '.join(repr(f) for f in FRAMEWORKS)}, not {framework!r}")
+    return _C._mem_stats(_dev(device))[f"framework.{framework}.allocated_bytes.current"]

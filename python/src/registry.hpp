@@ -33,6 +33,7 @@ namespace order {
 inline constexpr int devices = 0;   // Device, device functions
 inline constexpr int streams = 10;  // Stream, Event (return Device)
 inline constexpr int memory = 30;
+inline constexpr int plugin = 32;  // torch hook table, per-framework allocation (uses memory)
 inline constexpr int tensor = 40;   // dtype, Tensor and its methods
 inline constexpr int interop = 42;  // NumPy / DLPack / CUDA array interface (adds Tensor methods)
 inline constexpr int factories = 44;  // empty, zeros, tensor, asarray, ... (use interop)

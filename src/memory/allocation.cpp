@@ -26,8 +26,9 @@ int resolve_alloc_device(int device) {
 namespace {
 // Local copies the raw paths inline: a call through an exported (interposable) function costs
 // a few instructions per allocation, measurable on the hot path.
-inline void* alloc_native(std::size_t bytes, int dev, detail::StreamHandle stream) {
-  return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream)->ptr);
+inline void* alloc_native(std::size_t bytes, int dev, detail::StreamHandle stream,
+                          std::uint8_t client = 0) {
+  return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream, client)->ptr);
 }
 inline bool free_native(void* ptr, int dev_hint) {
   if (dev_hint >= 0 && device_allocator(dev_hint).free(ptr)) return true;
@@ -35,9 +36,9 @@ inline bool free_native(void* ptr, int dev_hint) {
 }
 }  // namespace
 
-void* native_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
+void* native_alloc(std::size_t bytes, int dev, detail::StreamHandle stream, std::uint8_t client) {
   drain_deferred_frees();
-  return alloc_native(bytes, dev, stream);
+  return alloc_native(bytes, dev, stream, client);
 }
 
 bool native_free(void* ptr, int dev_hint) {
@@ -63,6 +64,13 @@ void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
   void* p = plugged ? plugged->allocate(bytes, dev, stream) : alloc_native(bytes, dev, stream);
   if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::allocated(p, bytes, dev, stream);  // sanitizer
   return p;
+}
+
+void* raw_alloc_for(std::uint8_t client, std::size_t bytes, int dev,
+                    detail::StreamHandle stream) {
+  drain_deferred_frees();
+  if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
+  return alloc_native(bytes, dev, stream, client);
 }
 
 bool raw_free(void* ptr, int dev_hint) {

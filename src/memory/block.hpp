@@ -107,6 +107,7 @@ struct Block {
   bool async = false;      // from the driver's stream-ordered pool (backend:cudaMallocAsync)
   bool parked = false;     // freed into the quick cache (still in active_; not live)
   bool releasing = false;  // expandable pages being unmapped outside the locks: busy
+  std::uint8_t client = 0;  // MemoryClient it was allocated for (fits the padding here)
   int event_count = 0;     // outstanding record_stream events
   // -- second line --
   BlockPool* pool = nullptr;

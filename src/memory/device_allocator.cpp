@@ -175,7 +175,8 @@ bool DeviceAllocator::quick_enabled() const noexcept {
   return quick_on_.load(std::memory_order_relaxed) && !async_backend_ && caching_enabled();
 }
 
-Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle stream) {
+Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle stream,
+                                   std::uint8_t client) {
   const std::size_t size = round_size(orig_size);  // before locking: a short critical section
   std::lock_guard g(fast_lock_);
   // Pool routes and pending record_stream events need the full path (routing decisions,
@@ -184,7 +185,8 @@ Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle s
   Block* b = quick_.take(stream, size);
   if (!b) return nullptr;
   b->requested = orig_size;
-  stats_.alloc(b->pool->is_small, b->size, orig_size, oversize(b->size));
+  b->client = client;
+  stats_.alloc(b->pool->is_small, b->size, orig_size, oversize(b->size), client);
   if (allocator_events_wanted()) note_event("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
@@ -211,7 +213,7 @@ int DeviceAllocator::quick_put(void* ptr) {
   if (!quick_.park(b)) return -1;
   b->free_epoch = ++free_epoch_;
   const bool small = b->pool->is_small;
-  stats_.free_requested(small, b->size, b->requested, oversize(b->size));
+  stats_.free_requested(small, b->size, b->requested, oversize(b->size), b->client);
   stats_.free_completed(small, b->size);
   if (allocator_events_wanted()) {
     note_event("free_requested", b->ptr, b->requested, b->stream, b);
@@ -245,21 +247,22 @@ void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle s
                          device_, size, 0, total_memory_);
 }
 
-Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream) {
+Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream,
+                               std::uint8_t client) {
   if (orig_size > max_request_) reject_impossible(orig_size, stream);
   PendingStack pending;
   PendingScope scope(pending, __builtin_frame_address(0), /*is_free=*/false, 0);
   if (quick_.maybe_parked() && quick_enabled()) {
-    if (Block* b = quick_take(orig_size, stream)) return b;
+    if (Block* b = quick_take(orig_size, stream, client)) return b;
   }
   Locked lock(*this);
-  if (async_backend_) return malloc_async(lock, orig_size, stream);
+  if (async_backend_) return malloc_async(lock, orig_size, stream, client);
   if (!pending_.empty()) process_events();
   const std::size_t size = round_size(orig_size);
   Block* b = take_cached(size, stream);
   if (!b) b = grow(size, stream);
   if (!b) b = retry_after_release(lock, size, orig_size, stream);
-  return finish_alloc(b, size, orig_size, stream);
+  return finish_alloc(b, size, orig_size, stream, client);
 }
 
 Block* DeviceAllocator::take_cached(std::size_t size, detail::StreamHandle stream) {
@@ -326,7 +329,7 @@ Block* DeviceAllocator::retry_after_release(Locked& lock, std::size_t size,
 }
 
 Block* DeviceAllocator::finish_alloc(Block* b, std::size_t size, std::size_t orig_size,
-                                     detail::StreamHandle stream) {
+                                     detail::StreamHandle stream, std::uint8_t client) {
   BlockPool& pool = *b->pool;
   // Split off the tail when it is worth keeping.
   const std::size_t remaining = b->size - size;
@@ -344,9 +347,10 @@ Block* DeviceAllocator::finish_alloc(Block* b, std::size_t size, std::size_t ori
   }
   b->allocated = true;
   b->requested = orig_size;
+  b->client = client;
   active_.emplace(b->ptr, b);
   if (pool.owner) ++pool.owner->live_blocks;
-  stats_.alloc(pool.is_small, b->size, orig_size, oversize(b->size));
+  stats_.alloc(pool.is_small, b->size, orig_size, oversize(b->size), client);
   if (allocator_events_wanted()) note_event("alloc", b->ptr, orig_size, stream, b);
   return b;
 }
@@ -372,7 +376,7 @@ bool DeviceAllocator::free(void* ptr) {
   active_.erase(it);
   b->allocated = false;
   b->free_epoch = ++free_epoch_;
-  stats_.free_requested(b->pool->is_small, b->size, b->requested, oversize(b->size));
+  stats_.free_requested(b->pool->is_small, b->size, b->requested, oversize(b->size), b->client);
   if (allocator_events_wanted()) note_event("free_requested", b->ptr, b->requested, b->stream, b);
 
   if (b->async) {
@@ -512,7 +516,7 @@ bool DeviceAllocator::info(const void* ptr, AllocationInfo& out) {
   return true;
 }
 
-std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
+std::uintptr_t DeviceAllocator::segment_base(const void* ptr, std::size_t* segment_size) {
   Locked lock(*this);
   const Block* b = live_block(ptr);
   if (!b) return 0;
@@ -521,6 +525,10 @@ std::uintptr_t DeviceAllocator::segment_base(const void* ptr) {
                             "set CUDAKIT_ALLOC_CONF=expandable_segments:False in the exporting "
                             "process");
   while (b->prev) b = b->prev;
+  if (segment_size) {
+    *segment_size = 0;
+    for (const Block* x = b; x; x = x->next) *segment_size += x->size;
+  }
   return b->ptr;
 }
 

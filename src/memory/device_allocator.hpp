@@ -84,16 +84,18 @@ class DeviceAllocator {
 
   int device() const noexcept { return device_; }
 
-  // Returns a block of at least `size` bytes usable on `stream`. Throws OutOfMemoryError
-  // (statistics then unchanged but num_ooms), also for sizes no device could hold.
-  Block* malloc(std::size_t size, detail::StreamHandle stream);
+  // Returns a block of at least `size` bytes usable on `stream`, counted for `client` (a
+  // MemoryClient). Throws OutOfMemoryError (statistics then unchanged but num_ooms), also for
+  // sizes no device could hold.
+  Block* malloc(std::size_t size, detail::StreamHandle stream, std::uint8_t client = 0);
   // Frees the block at `ptr`. Returns false when `ptr` is not a live allocation here.
   bool free(void* ptr);
   bool owns(const void* ptr);
   bool info(const void* ptr, AllocationInfo& out);
   // Base address of the device allocation (segment) holding live block `ptr`, or 0 if
-  // `ptr` is not live here. Throws NotSupportedError for expandable segments.
-  std::uintptr_t segment_base(const void* ptr);
+  // `ptr` is not live here; its size in *segment_size when given. Throws NotSupportedError
+  // for expandable segments.
+  std::uintptr_t segment_base(const void* ptr, std::size_t* segment_size = nullptr);
   // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
   bool record_stream(void* ptr, detail::StreamHandle stream);
 
@@ -169,7 +171,7 @@ class DeviceAllocator {
   Block* retry_after_release(Locked& lock, std::size_t size, std::size_t orig_size,
                              detail::StreamHandle stream);
   Block* finish_alloc(Block* b, std::size_t size, std::size_t orig_size,
-                      detail::StreamHandle stream);
+                      detail::StreamHandle stream, std::uint8_t client);
   Block* new_block();
   void recycle(Block* b);
   BlockPool& pool_for(std::size_t size, detail::StreamHandle stream);
@@ -190,7 +192,7 @@ class DeviceAllocator {
 
   // ---- quick cache (device_allocator.cpp) ----
   bool quick_enabled() const noexcept;
-  Block* quick_take(std::size_t orig_size, detail::StreamHandle stream);
+  Block* quick_take(std::size_t orig_size, detail::StreamHandle stream, std::uint8_t client);
   int quick_put(void* ptr);  // 1 parked, 0 not live here, -1 take the slow path
   void quick_flush();        // both locks held: parked blocks back to the free sets
   // fast_lock_ held: the live (allocated, not parked) block at `ptr`, or nullptr.
@@ -218,7 +220,8 @@ class DeviceAllocator {
   bool stream_idle(detail::StreamHandle stream) noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
-  Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream);
+  Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,
+                      std::uint8_t client);
   // What the driver still has to do for a freed async block, done after the unlock.
   struct AsyncFree {
     void* ptr;

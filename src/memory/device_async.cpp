@@ -5,7 +5,8 @@
 
 namespace cudakit::memory {
 
-Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream) {
+Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,
+                                     std::uint8_t client) {
   void* p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
   if (!p) {
     // Frees queued on streams return memory to the driver's pool once they run: wait for the
@@ -32,8 +33,9 @@ Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::Str
   stats_.segment_created(small, size, /*oversize=*/false);
   b->allocated = true;
   b->requested = size;
+  b->client = client;
   active_.emplace(b->ptr, b);
-  stats_.alloc(small, size, size, oversize(size));
+  stats_.alloc(small, size, size, oversize(size), client);
   if (allocator_events_wanted()) note_event("alloc", b->ptr, size, stream, b);
   return b;
 }

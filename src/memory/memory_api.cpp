@@ -62,6 +62,12 @@ std::map<std::string, std::int64_t> memory_stats(int device) {
   m["max_split_size"] = s.max_split_size;
   put_stat(m, "oversize_allocations", s.oversize_allocations);
   put_stat(m, "oversize_segments", s.oversize_segments);
+  for (int c = 0; c < kNumMemoryClients; ++c) {
+    const std::string prefix = std::string("framework.") + kMemoryClientNames[c] + ".";
+    put_stat(m, prefix + "allocation", s.by_client[c].allocation);
+    put_stat(m, prefix + "allocated_bytes", s.by_client[c].allocated_bytes);
+    put_stat(m, prefix + "requested_bytes", s.by_client[c].requested_bytes);
+  }
   return m;
 }
 
@@ -206,6 +212,22 @@ void* caching_allocator_alloc(std::size_t bytes, int device, std::optional<Strea
   if (bytes == 0) return nullptr;
   detail::StreamHandle h = stream ? stream->handle() : current_stream(d).handle();
   return memory::raw_alloc(bytes, d, h);
+}
+
+void* caching_allocator_alloc_for(MemoryClient client, std::size_t bytes, int device,
+                                  std::optional<StreamRef> stream) {
+  const int d = dev_of(device);
+  if (stream && stream->device() >= 0 && stream->device() != d)
+    throw ValueError("caching_allocator_alloc_for: stream belongs to device " +
+                     std::to_string(stream->device()) + " but memory was requested on device " +
+                     std::to_string(d) + ": pass a stream of the same device");
+  const auto c = static_cast<std::uint8_t>(client);
+  if (c >= kNumMemoryClients)
+    throw ValueError("caching_allocator_alloc_for: unknown client " + std::to_string(c) +
+                     " (accepted: MemoryClient::cudakit, torch, cupy)");
+  if (bytes == 0) return nullptr;
+  detail::StreamHandle h = stream ? stream->handle() : current_stream(d).handle();
+  return memory::raw_alloc_for(c, bytes, d, h);
 }
 
 void caching_allocator_delete(void* ptr) {

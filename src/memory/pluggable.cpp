@@ -112,6 +112,17 @@ void PluggedAllocator::add_stats(int device, MemoryStats& out) {
   add(out.reserved_bytes, s.reserved_bytes);
   add(out.active_bytes, s.active_bytes);
   add(out.requested_bytes, s.requested_bytes);
+  auto add_one = [](MemoryStat& dst, const MemoryStat& src) {
+    dst.current += src.current;
+    dst.peak += src.peak;
+    dst.allocated += src.allocated;
+    dst.freed += src.freed;
+  };
+  for (int c = 0; c < kNumMemoryClients; ++c) {
+    add_one(out.by_client[c].allocation, s.by_client[c].allocation);
+    add_one(out.by_client[c].allocated_bytes, s.by_client[c].allocated_bytes);
+    add_one(out.by_client[c].requested_bytes, s.by_client[c].requested_bytes);
+  }
   out.num_ooms += s.num_ooms;
   out.num_device_alloc += s.num_device_alloc;
   out.num_device_free += s.num_device_free;

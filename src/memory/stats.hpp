@@ -10,7 +10,8 @@
 //  * inactive_split(_bytes): free blocks that are pieces of a split segment.
 //  * oversize_*: allocations / segments of at least max_split_size.
 // Each statistic has an all / small pool / large pool entry; peak follows current, and
-// allocated/freed accumulate the positive/negative changes.
+// allocated/freed accumulate the positive/negative changes. alloc/free_requested also count
+// the allocation under its client (MemoryClient: the framework it was made for).
 //
 // Thread-safety: none; the owner serialises updates (allocated_now() is the exception: an
 // atomic copy of allocated_bytes.all.current for lock-free memory_allocated()).
@@ -33,7 +34,9 @@ inline void stat_update(MemoryStat& s, std::int64_t delta) noexcept {
 
 class DeviceStats {
  public:
-  void alloc(bool small, std::size_t bytes, std::size_t requested, bool oversize) noexcept {
+  void alloc(bool small, std::size_t bytes, std::size_t requested, bool oversize,
+             std::uint8_t client = 0) noexcept {
+    client_update(client, 1, to_i(bytes), to_i(requested));
     add(s_.allocation, small, 1);
     add(s_.active, small, 1);
     add(s_.allocated_bytes, small, to_i(bytes));
@@ -43,8 +46,9 @@ class DeviceStats {
     publish();
   }
   // The caller gave the block back (no longer allocated).
-  void free_requested(bool small, std::size_t bytes, std::size_t requested,
-                      bool oversize) noexcept {
+  void free_requested(bool small, std::size_t bytes, std::size_t requested, bool oversize,
+                      std::uint8_t client = 0) noexcept {
+    client_update(client, -1, -to_i(bytes), -to_i(requested));
     add(s_.allocation, small, -1);
     add(s_.allocated_bytes, small, -to_i(bytes));
     add(s_.requested_bytes, small, -to_i(requested));
@@ -113,6 +117,13 @@ class DeviceStats {
 
  private:
   static std::int64_t to_i(std::size_t n) noexcept { return static_cast<std::int64_t>(n); }
+  void client_update(std::uint8_t client, std::int64_t n, std::int64_t bytes,
+                     std::int64_t requested) noexcept {
+    ClientMemoryStats& c = s_.by_client[client < kNumMemoryClients ? client : 0];
+    stat_update(c.allocation, n);
+    stat_update(c.allocated_bytes, bytes);
+    stat_update(c.requested_bytes, requested);
+  }
   static void add(MemoryStat (&s)[kNumStatPools], bool small, std::int64_t delta) noexcept {
     stat_update(s[0], delta);
     stat_update(s[small ? 1 : 2], delta);
@@ -128,6 +139,11 @@ class DeviceStats {
       for (int i = 0; i < kNumStatPools; ++i) f(arr[i]);
     f(s_.oversize_allocations);
     f(s_.oversize_segments);
+    for (ClientMemoryStats& c : s_.by_client) {
+      f(c.allocation);
+      f(c.allocated_bytes);
+      f(c.requested_bytes);
+    }
   }
 
   MemoryStats s_;

@@ -1,0 +1,233 @@
+// The torch hook table (cudakit/plugin.hpp) and the per-framework breakdown of the statistics:
+// every hook does what torch expects of it, and allocations are counted for the framework
+// they were made for, exactly (current, peak, totals), whatever path the allocator takes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "backend/backend.hpp"
+#include "cudakit/error.hpp"
+#include "cudakit/memory.hpp"
+#include "cudakit/plugin.hpp"
+#include "cudakit/stream.hpp"
+
+using namespace cudakit;
+
+namespace {
+constexpr auto kTorch = static_cast<int>(MemoryClient::torch);
+constexpr auto kCupy = static_cast<int>(MemoryClient::cupy);
+constexpr auto kOwn = static_cast<int>(MemoryClient::cudakit);
+
+ClientMemoryStats client(int c) { return memory_stats_of().by_client[c]; }
+CUstream_st* as_torch(NativeStream s) { return static_cast<CUstream_st*>(s); }
+}  // namespace
+
+TEST(MemoryPlugin, AllocationsCountForTheirFramework) {
+  const MemoryStats before = memory_stats_of();
+  void* t = caching_allocator_alloc_for(MemoryClient::torch, 1000);
+  void* c = caching_allocator_alloc_for(MemoryClient::cupy, 3 << 20);
+  void* own = caching_allocator_alloc(700);
+  MemoryStats s = memory_stats_of();
+  EXPECT_EQ(s.by_client[kTorch].allocated_bytes.current -
+                before.by_client[kTorch].allocated_bytes.current, 1024);  // rounded, as torch
+  EXPECT_EQ(s.by_client[kTorch].requested_bytes.current -
+                before.by_client[kTorch].requested_bytes.current, 1000);
+  EXPECT_EQ(s.by_client[kTorch].allocation.current - before.by_client[kTorch].allocation.current, 1);
+  EXPECT_EQ(s.by_client[kCupy].allocated_bytes.current -
+                before.by_client[kCupy].allocated_bytes.current, 3 << 20);
+  EXPECT_EQ(s.by_client[kOwn].allocated_bytes.current -
+                before.by_client[kOwn].allocated_bytes.current, 1024);
+  // The frameworks partition the allocated bytes.
+  std::int64_t sum = 0;
+  for (const auto& cs : s.by_client) sum += cs.allocated_bytes.current;
+  EXPECT_EQ(sum, s.allocated_bytes[0].current);
+  const auto flat = memory_stats();
+  EXPECT_EQ(flat.at("framework.torch.allocated_bytes.current"),
+            s.by_client[kTorch].allocated_bytes.current);
+  EXPECT_EQ(flat.at("framework.cupy.requested_bytes.current"),
+            s.by_client[kCupy].requested_bytes.current);
+  EXPECT_TRUE(flat.count("framework.cudakit.allocation.peak"));
+
+  caching_allocator_delete(t);
+  caching_allocator_delete(c);
+  caching_allocator_delete(own);
+  s = memory_stats_of();
+  for (int k = 0; k < kNumMemoryClients; ++k) {
+    EXPECT_EQ(s.by_client[k].allocated_bytes.current, before.by_client[k].allocated_bytes.current)
+        << kMemoryClientNames[k];
+    EXPECT_EQ(s.by_client[k].allocation.current, before.by_client[k].allocation.current);
+  }
+  EXPECT_GE(s.by_client[kCupy].allocated_bytes.peak, before.by_client[kCupy].allocated_bytes.current + (3 << 20));
+  EXPECT_EQ(s.by_client[kTorch].allocated_bytes.freed - before.by_client[kTorch].allocated_bytes.freed, 1024);
+}
+
+TEST(MemoryPlugin, QuickCacheReuseKeepsTheTag) {
+  // The same size freed and taken again goes through the allocator's quick cache: the tag of
+  // the new allocation is the new caller's, not the previous owner's.
+  const ClientMemoryStats t0 = client(kTorch), o0 = client(kOwn);
+  for (int i = 0; i < 50; ++i) {
+    void* a = caching_allocator_alloc_for(MemoryClient::torch, 4096);
+    caching_allocator_delete(a);
+    void* b = caching_allocator_alloc(4096);
+    EXPECT_EQ(client(kTorch).allocated_bytes.current, t0.allocated_bytes.current);
+    EXPECT_EQ(client(kOwn).allocated_bytes.current, o0.allocated_bytes.current + 4096);
+    caching_allocator_delete(b);
+  }
+  EXPECT_EQ(client(kTorch).allocation.allocated - t0.allocation.allocated, 50);
+  EXPECT_EQ(client(kOwn).allocation.freed - o0.allocation.freed, 50);
+}
+
+TEST(MemoryPlugin, ResetPeakAndAccumulatedCoverTheBreakdown) {
+  void* a = caching_allocator_alloc_for(MemoryClient::cupy, 5 << 20);
+  caching_allocator_delete(a);
+  reset_peak_memory_stats();
+  reset_accumulated_memory_stats();
+  const ClientMemoryStats c = client(kCupy);
+  EXPECT_EQ(c.allocated_bytes.peak, c.allocated_bytes.current);
+  EXPECT_EQ(c.allocated_bytes.allocated, 0);
+  EXPECT_EQ(c.allocation.freed, 0);
+}
+
+TEST(MemoryPlugin, RejectsAnUnknownClient) {
+  EXPECT_THROW(caching_allocator_alloc_for(static_cast<MemoryClient>(7), 100), ValueError);
+}
+
+TEST(MemoryPlugin, HookMallocFreeCountAsTorch) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  const ClientMemoryStats t0 = client(kTorch);
+  StreamRef s = current_stream();
+  void* p = h.malloc(1 << 20, 0, as_torch(s.handle()));
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(torch_hooks_used());
+  EXPECT_EQ(client(kTorch).allocated_bytes.current - t0.allocated_bytes.current, 1 << 20);
+  auto info = allocation_info(p);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->stream.handle(), s.handle());
+  h.free(p, 1 << 20, 0, as_torch(s.handle()));
+  EXPECT_EQ(client(kTorch).allocated_bytes.current, t0.allocated_bytes.current);
+  EXPECT_EQ(h.malloc(0, 0, nullptr), nullptr);  // torch's 0-byte tensors
+  h.free(nullptr, 0, 0, nullptr);                // ... are freed again: ignored
+}
+
+TEST(MemoryPlugin, HookMallocThrowsOutOfMemoryWithTheReason) {
+  // torch does not check alloc_fn's result for null: an impossible size must throw.
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  EXPECT_THROW(h.malloc(std::size_t(1) << 62, 0, nullptr), OutOfMemoryError);
+  EXPECT_NE(last_plugin_error().find("malloc"), std::string::npos);
+}
+
+TEST(MemoryPlugin, HookBaseAllocGivesTheSegment) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  void* a = h.malloc(1000, 0, nullptr);
+  void* b = h.malloc(1000, 0, nullptr);  // same small segment, after a
+  std::size_t size = 0;
+  auto* base = static_cast<char*>(h.base_alloc(b, &size));
+  EXPECT_LE(base, static_cast<char*>(b));
+  EXPECT_GT(base + size, static_cast<char*>(b));
+  EXPECT_EQ(size, std::size_t(2) << 20);  // small-pool segment
+  EXPECT_EQ(h.base_alloc(a, nullptr), h.base_alloc(b, nullptr));
+  int not_ours = 0;
+  std::size_t unchanged = 123;
+  EXPECT_EQ(h.base_alloc(&not_ours, &unchanged), &not_ours);  // torch's own default
+  h.free(a, 1000, 0, nullptr);
+  h.free(b, 1000, 0, nullptr);
+}
+
+TEST(MemoryPlugin, HookResetReleasesTheCacheAndFractionApplies) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  void* p = h.malloc(30 << 20, 0, nullptr);
+  h.free(p, 30 << 20, 0, nullptr);
+  EXPECT_GE(memory_reserved(), std::size_t(30) << 20);
+  h.reset();
+  EXPECT_LT(memory_reserved(), std::size_t(30) << 20);
+  h.memory_fraction(0.5, 0);
+  EXPECT_DOUBLE_EQ(get_per_process_memory_fraction(0), 0.5);
+  h.memory_fraction(7.0, 0);  // rejected: reported, state unchanged
+  EXPECT_DOUBLE_EQ(get_per_process_memory_fraction(0), 0.5);
+  EXPECT_NE(last_plugin_error().find("fraction"), std::string::npos);
+  h.memory_fraction(1.0, 0);
+}
+
+TEST(MemoryPlugin, HookRecordStreamDelaysReuse) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  Stream mine(0), other(0);
+  const std::int64_t active0 = memory_stats_of().active[0].current;
+  void* p = h.malloc(1024, 0, as_torch(mine.handle()));
+  std::atomic<bool> release{false};
+  other.launch_host_func([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  h.record_stream(p, as_torch(other.handle()));
+  int junk = 0;
+  h.record_stream(&junk, as_torch(other.handle()));  // not ours: reported, ignored
+  h.free(p, 1024, 0, as_torch(mine.handle()));
+  EXPECT_EQ(memory_stats_of().active[0].current, active0 + 1) << "pending on the other stream";
+  void* q = h.malloc(1024, 0, as_torch(mine.handle()));
+  EXPECT_NE(q, p) << "reused while the recorded stream still runs";
+  release = true;
+  other.sync();
+  h.free(q, 1024, 0, as_torch(mine.handle()));
+  void* r = h.malloc(3000, 0, as_torch(mine.handle()));  // processes completed events
+  h.free(r, 3000, 0, as_torch(mine.handle()));
+  EXPECT_EQ(memory_stats_of().active[0].current, active0) << "p's block is no longer in use";
+}
+
+TEST(MemoryPlugin, PoolHooksRouteByTorchsFilterInTorchsIdSpace) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  const TorchMempoolId pool{0, 77};
+  const MempoolId mine = torch_pool_id(pool);
+  EXPECT_TRUE(is_torch_pool_id(mine));
+  EXPECT_EQ(torch_pool_id_of(mine), pool);
+  EXPECT_NE(mine, (MempoolId{0, 77}));  // never cudakit's own graph pool (0, 77)
+
+  Stream capturing, other;
+  CUstream_st* target = as_torch(capturing.handle());
+  h.begin_allocate_to_pool(0, pool, [target](CUstream_st* s) { return s == target; });
+  EXPECT_EQ(torch_pool_use_count(0, pool), 1);
+  void* in = h.malloc(1000, 0, target);
+  void* out = h.malloc(1000, 0, as_torch(other.handle()));
+  h.end_allocate_to_pool(0, pool);
+  void* after = h.malloc(1000, 0, target);  // route ended: default pool
+
+  auto segments_of = [](MempoolId id) { return memory_snapshot_json(id); };
+  const std::string in_pool = segments_of(mine);
+  auto addr = [](void* p) { return std::to_string(reinterpret_cast<std::uintptr_t>(p)); };
+  EXPECT_NE(in_pool.find(addr(in)), std::string::npos) << in_pool;
+  EXPECT_EQ(in_pool.find(addr(out)), std::string::npos);
+  EXPECT_EQ(in_pool.find(addr(after)), std::string::npos);
+
+  h.free(in, 1000, 0, target);
+  h.free(out, 1000, 0, nullptr);
+  h.free(after, 1000, 0, nullptr);
+  h.release_pool(0, pool);  // last reference: the pool and its segment go
+  EXPECT_EQ(torch_pool_use_count(0, pool), 0);
+  EXPECT_EQ(segments_of(mine).find(addr(in)), std::string::npos);
+}
+
+TEST(MemoryPlugin, TorchMemPoolLifetime) {
+  // torch.cuda.MemPool under cudakit: created with one reference, use_mem_pool adds and drops
+  // one around its scope (torch's begin/release pair), the pool's owner drops the last.
+  const TorchMempoolId pool{0, 9001};
+  const auto tid = std::this_thread::get_id();
+  create_torch_pool(0, pool, /*use_on_oom=*/false, /*no_split=*/true);
+  EXPECT_EQ(torch_pool_use_count(0, pool), 1);
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  h.begin_allocate_to_pool(0, pool, [tid](CUstream_st*) { return std::this_thread::get_id() == tid; });
+  EXPECT_EQ(torch_pool_use_count(0, pool), 2);
+  void* p = h.malloc(2048, 0, nullptr);
+  h.end_allocate_to_pool(0, pool);
+  h.release_pool(0, pool);
+  EXPECT_EQ(torch_pool_use_count(0, pool), 1);
+  EXPECT_NE(memory_snapshot_json(torch_pool_id(pool)).find(
+                std::to_string(reinterpret_cast<std::uintptr_t>(p))), std::string::npos);
+  h.free(p, 2048, 0, nullptr);
+  h.release_pool(0, pool);
+  EXPECT_EQ(torch_pool_use_count(0, pool), 0);
+}
+
+TEST(MemoryPlugin, HookInitIsHarmless) {
+  torch_allocator_hooks().init(detail::backend().device_count());
+  EXPECT_TRUE(torch_hooks_used());
+}

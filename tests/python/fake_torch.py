@@ -1,0 +1,205 @@
+"""A stand-in for the parts of PyTorch that cudakit.memory.use_with_torch touches, shaped as
+torch 2.x is: torch.cuda.memory's Python functions look up the ``torch._C`` entry points at
+call time and call each other through their module's globals; torch.cuda re-exports them;
+with a pluggable allocator installed, the statistics/snapshot/history entry points raise
+"CUDAPluggableAllocator does not yet support ...". Lets CI test the patching layer without
+torch (the real thing is tested on the GPU host: test_torch_interop_gpu.py)."""
+from __future__ import annotations
+
+import collections
+import itertools
+import sys
+import types
+
+
+def _unsupported(what: str):
+    def fn(*args, **kwargs):
+        raise RuntimeError(f"CUDAPluggableAllocator does not yet support {what}. If you need it, "
+                           "please file an issue describing your use case.")
+    fn.__name__ = f"unsupported_{what}"
+    return fn
+
+
+class FakeRawAllocator:
+    """torch._C._cuda_CUDAAllocator from _cuda_customAllocator: records the hook addresses."""
+
+    SETTERS = ("set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn",
+               "set_record_stream_fn", "set_begin_allocate_to_pool",
+               "set_end_allocate_to_pool_fn", "set_release_pool")
+
+    def __init__(self, malloc: int, free: int, without: tuple[str, ...] = ()):
+        self.addresses = {"malloc": malloc, "free": free}
+        for setter in self.SETTERS:
+            if setter not in without:
+                setattr(self, setter, self._setter(setter))
+
+    def _setter(self, name):
+        def set_fn(address: int) -> None:
+            assert isinstance(address, int) and address > 0, (name, address)
+            self.addresses[name] = address
+        return set_fn
+
+
+def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
+         swap_error: str | None = None) -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    torch.__version__ = "0.0+fake"
+    C = types.ModuleType("torch._C")
+    torch._C = C
+    C._cuda_memoryStats = _unsupported("getDeviceStats")
+    C._cuda_resetAccumulatedMemoryStats = _unsupported("resetAccumulatedStats")
+    C._cuda_resetPeakMemoryStats = _unsupported("resetPeakStats")
+    C._cuda_memorySnapshot = _unsupported("snapshot")
+    C._cuda_record_memory_history = _unsupported("recordHistory")
+    C._cuda_record_memory_history_legacy = _unsupported("recordHistory")
+    C._cuda_getMemoryFraction = _unsupported("getMemoryFraction")
+    C._accelerator_getDeviceStats = _unsupported("getDeviceStats")
+    torch.settings_calls = []
+    C._cuda_cudaCachingAllocator_set_allocator_settings = torch.settings_calls.append
+    torch.empty_cache_calls = []
+    C._cuda_emptyCache = lambda: torch.empty_cache_calls.append(1)
+    C._cuda_customAllocator = lambda m, f: FakeRawAllocator(m, f, without_setters)
+    torch.current_allocator = None
+
+    def change(raw):
+        if swap_error:
+            raise RuntimeError(swap_error)
+        torch.current_allocator = raw
+    C._cuda_changeCurrentAllocator = change
+    torch.pool_calls = []
+    C._cuda_beginAllocateCurrentThreadToPool = lambda d, p: torch.pool_calls.append(("begin", d, p))
+    C._cuda_endAllocateToPool = lambda d, p: torch.pool_calls.append(("end", d, p))
+    C._cuda_releasePool = lambda d, p: torch.pool_calls.append(("release", d, p))
+
+    cuda = types.ModuleType("torch.cuda")
+    memory = types.ModuleType("torch.cuda.memory")
+    torch.cuda = cuda
+    cuda.memory = memory
+    state = {"initialized": initialized}
+    handles = itertools.count(1)
+    cuda.is_initialized = lambda: state["initialized"]
+    cuda.current_device = lambda: 0
+    cuda._get_device_index = lambda d, optional=False: 0 if d is None else int(getattr(d, "index", d) or 0)
+    cuda.graph_pool_handle = lambda: (0, 1_000_000 + next(handles))
+    cuda.is_current_stream_capturing = lambda: False
+    g = memory.__dict__
+    g.update(torch=torch, collections=collections, sys=sys, is_initialized=cuda.is_initialized,
+             _get_device_index=cuda._get_device_index)
+    exec(_MEMORY_SOURCE, g)
+    for name in _MEMORY_EXPORTS:
+        setattr(cuda, name, g[name])
+
+    class StorageBase:
+        def _share_cuda_(self):
+            return ("handle", 0)
+
+        @staticmethod
+        def _new_shared_cuda(*args):
+            return "storage"
+
+    class UntypedStorage(StorageBase):
+        pass
+
+    torch.UntypedStorage = UntypedStorage
+    return torch
+
+
+# The torch._C entry points torch.cuda.memory reads at call time.
+C_NAMES = ("_cuda_memoryStats", "_cuda_resetAccumulatedMemoryStats", "_cuda_resetPeakMemoryStats",
+           "_cuda_memorySnapshot", "_cuda_record_memory_history",
+           "_cuda_record_memory_history_legacy", "_cuda_getMemoryFraction", "_cuda_emptyCache",
+           "_cuda_cudaCachingAllocator_set_allocator_settings", "_accelerator_getDeviceStats")
+
+_MEMORY_EXPORTS = ("memory_stats", "memory_stats_as_nested_dict", "memory_allocated",
+                   "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                   "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache",
+                   "memory_snapshot", "memory_summary", "MemPool", "use_mem_pool",
+                   "get_per_process_memory_fraction")
+
+# torch.cuda.memory's call structure (not its code): each function reaches torch._C through
+# the module attribute at call time, and the others through this module's globals.
+_MEMORY_SOURCE = r'''
+def memory_stats_as_nested_dict(device=None):
+    if not is_initialized():
+        return {}
+    return torch._C._cuda_memoryStats(_get_device_index(device, optional=True))
+
+def memory_stats(device=None):
+    flat = []
+    def walk(prefix, node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), value)
+        else:
+            flat.append((prefix, node))
+    walk("", memory_stats_as_nested_dict(device=device))
+    return collections.OrderedDict(sorted(flat))
+
+def memory_allocated(device=None):
+    return memory_stats(device=device).get("allocated_bytes.all.current", 0)
+
+def max_memory_allocated(device=None):
+    return memory_stats(device=device).get("allocated_bytes.all.peak", 0)
+
+def memory_reserved(device=None):
+    return memory_stats(device=device).get("reserved_bytes.all.current", 0)
+
+def max_memory_reserved(device=None):
+    return memory_stats(device=device).get("reserved_bytes.all.peak", 0)
+
+def reset_peak_memory_stats(device=None):
+    return torch._C._cuda_resetPeakMemoryStats(_get_device_index(device, optional=True))
+
+def reset_accumulated_memory_stats(device=None):
+    return torch._C._cuda_resetAccumulatedMemoryStats(_get_device_index(device, optional=True))
+
+def empty_cache():
+    if is_initialized():
+        torch._C._cuda_emptyCache()
+
+def _set_allocator_settings(env):
+    return torch._C._cuda_cudaCachingAllocator_set_allocator_settings(env)
+
+def get_per_process_memory_fraction(device=None):
+    return torch._C._cuda_getMemoryFraction(_get_device_index(device))
+
+def memory_snapshot(mempool_id=None, include_traces=True):
+    pool = (0, 0) if mempool_id is None else tuple(mempool_id)
+    return torch._C._cuda_memorySnapshot((*pool, include_traces))["segments"]
+
+def memory_summary(device=None, abbreviated=False):
+    stats = memory_stats(device=device)
+    rows = [f"{k}: {stats[k + '.all.current']}" for k in ("allocated_bytes", "reserved_bytes")]
+    return "PyTorch CUDA memory summary\n" + "\n".join(rows)
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                           device=None, clear_history=False):
+    if isinstance(enabled, bool):
+        return torch._C._cuda_record_memory_history_legacy(enabled, True, max_entries, True, False)
+    torch._C._cuda_record_memory_history(enabled, context, stacks, max_entries, clear_history,
+                                         False, False, [], False, True)
+
+def _snapshot(device=None):
+    return torch._C._cuda_memorySnapshot(None)
+
+def _dump_snapshot(filename="dump_snapshot.pickle"):
+    import pickle
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+class _CUDAAllocator:
+    def __init__(self, allocator):
+        self._allocator = allocator
+    def allocator(self):
+        return self._allocator
+
+def change_current_allocator(allocator):
+    torch._C._cuda_changeCurrentAllocator(allocator.allocator())
+
+class MemPool:
+    def __init__(self, allocator=None, use_on_oom=False, no_split=False):
+        raise RuntimeError("pluggable does not yet support createOrIncrefPool")
+
+def use_mem_pool(pool, device=None):
+    raise RuntimeError("torch's use_mem_pool")
+'''
