@@ -111,14 +111,6 @@ std::size_t ExpandableSegment::detach(std::uintptr_t addr, std::size_t bytes,
   return n * chunk_;
 }
 
-std::uintptr_t ExpandableSegment::handles_of(std::uintptr_t addr, std::size_t bytes,
-                                             std::vector<detail::PhysMemHandle>& out) const {
-  const std::size_t first = (addr - base) / chunk_;
-  const std::size_t last = (addr - base + bytes + chunk_ - 1) / chunk_;
-  for (std::size_t i = first; i < last; ++i) out.push_back(handle_[i]);
-  return base + first * chunk_;
-}
-
 void ExpandableSegment::unmap(detail::Backend& backend, const std::vector<DetachedChunk>& chunks,
                               VmCallCounts& calls) {
   for (const DetachedChunk& c : chunks) {

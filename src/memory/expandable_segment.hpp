@@ -71,10 +71,6 @@ struct ExpandableSegment {
   // Takes the mapped chunks inside the chunk-aligned [addr, addr+bytes) out of the page
   // table (they read as unmapped from now on) and appends them to `out`. Returns their bytes.
   std::size_t detach(std::uintptr_t addr, std::size_t bytes, std::vector<DetachedChunk>& out);
-  // The physical handles of the chunks covering [addr, addr+bytes) (all mapped), lowest
-  // address first, and the address of the first chunk (IPC export).
-  std::uintptr_t handles_of(std::uintptr_t addr, std::size_t bytes,
-                            std::vector<detail::PhysMemHandle>& out) const;
   // Driver calls, no allocator lock needed or wanted.
   static void unmap(detail::Backend& backend, const std::vector<DetachedChunk>& chunks,
                     VmCallCounts& calls);
