@@ -165,6 +165,34 @@ def test_host_stats():
     mem.reset_peak_host_memory_stats()
 
 
+def test_fast_empty_matches_the_pybind11_function():
+    # cudakit.empty is a vectorcall function in front of the pybind11 one (issue 15.5): every
+    # argument form gives the same tensor, and every error the same exception and message.
+    fast, slow = cudakit.empty, cudakit._C._empty_pybind11
+    assert fast is not slow and fast.__doc__ == slow.__doc__
+    before = mem.host_memory_stats()["allocations.current"]
+    forms = [((4096,), dict(dtype=cudakit.uint8, device="cpu", pin_memory=True)),
+             ((2, 3), dict(dtype=cudakit.float16, device="cpu", pin_memory=True)),
+             ((2, 3), dict(device="cpu")), ((5,), {}), (((2, 3),), {}), (([4],), dict(device="cpu")),
+             ((0,), dict(device="cpu", pin_memory=False)), ((3,), dict(device=cudakit.Device("cpu")))]
+    for args, kwargs in forms:
+        a, b = fast(*args, **kwargs), slow(*args, **kwargs)
+        assert (a.shape, a.dtype, str(a.device), a.is_pinned()) == \
+            (b.shape, b.dtype, str(b.device), b.is_pinned()), (args, kwargs)
+        del a, b
+    assert mem.host_memory_stats()["allocations.current"] == before, "pinned blocks freed"
+    bad = [((-1,), {}), ((2,), dict(dtyp=cudakit.uint8)), ((2,), dict(dtype="x")),
+           ((2,), dict(device="cuda", pin_memory=True)), ((2**70,), {}), ((2,), dict(pin_memory="yes")),
+           ((1.5,), {}), ((2**40,), dict(device="cpu", pin_memory=True)), ((), dict(dtype=object()))]
+    for args, kwargs in bad:
+        errors = []
+        for fn in (fast, slow):
+            with pytest.raises(Exception) as e:
+                fn(*args, **kwargs)
+            errors.append((type(e.value), str(e.value)))
+        assert errors[0] == errors[1], (args, kwargs)
+
+
 def test_bad_config_names_the_key():
     env = dict(os.environ, CUDAKIT_ALLOC_CONF="expandable_segment:True")
     r = subprocess.run([sys.executable, "-c", "import cudakit.memory as m; m.caching_allocator_alloc(8)"],
