@@ -22,7 +22,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <array>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -73,6 +73,7 @@ class HostAllocator {
 
  private:
   struct HostBlock {
+    void* ptr = nullptr;
     std::size_t size = 0;
     bool allocated = false;
     bool registered = false;  // host_register'ed ordinary memory (else the driver's pinned)
@@ -97,7 +98,11 @@ class HostAllocator {
   bool background_started_ = false;
   std::vector<detail::EventHandle> event_pool_[kMaxDevices];  // completed, reusable
   std::unordered_map<void*, HostBlock> blocks_;
-  std::map<std::size_t, std::vector<void*>> free_;  // size class -> free blocks
+  // Free blocks per size class (index log2(size)): an array, not a map, and the blocks
+  // themselves, not their addresses, so the cached allocation is two vector operations and
+  // no tree walk or hash lookup (measured in bench_pinned, see docs/performance.md).
+  // blocks_ is node-based: HostBlock addresses are stable while the block exists.
+  std::array<std::vector<HostBlock*>, 64> free_;
   std::vector<void*> pending_;                      // freed, waiting for events
   HostMemoryStats stats_;
 };
