@@ -85,10 +85,11 @@ int main(int argc, char** argv) {
   std::printf("backend: %s\n", be.name());
   // dev_ops: num_device_alloc + num_device_free (torch's counting: one per cudaMalloc /
   // cudaFree, or per map / unmap of a contiguous range of an expandable segment);
-  // vm_calls: the driver calls behind the expandable ones (create, map, unmap, release),
-  // with the maps of reused physical handles in brackets.
-  std::printf("%-22s %-28s %14s %14s %7s %8s %15s %10s %9s\n", "trace", "config", "peak_alloc",
-              "peak_reserved", "ratio", "dev_ops", "vm_calls(reuse)", "time_ms", "ns/op");
+  // vm_calls: the driver calls behind the expandable ones (cuMemCreate, cuMemMap, one
+  // cuMemSetAccess per run of chunks mapped, cuMemUnmap, cuMemRelease),
+  // with the physical chunks created and the maps of reused chunks in brackets.
+  std::printf("%-22s %-28s %14s %14s %7s %8s %19s %10s %9s\n", "trace", "config", "peak_alloc",
+              "peak_reserved", "ratio", "dev_ops", "vm_calls(new/reuse)", "time_ms", "ns/op");
   for (const char* path : paths) {
     Trace t = load(path);
     for (const std::string& conf : confs) {
@@ -139,11 +140,12 @@ int main(int argc, char** argv) {
       auto s = a.stats();
       const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
       const memory::VmCallCounts& vc = a.vm_calls();
-      const unsigned long long vm = vc.create + vc.map + vc.unmap + vc.destroy;
-      char vmbuf[32];
-      std::snprintf(vmbuf, sizeof vmbuf, "%llu(%llu)", vm,
-                    static_cast<unsigned long long>(vc.reused));
-      std::printf("%-22s %-28s %14lld %14lld %7.3f %8lld %15s %10.2f %9.1f\n", t.name.c_str(),
+      const unsigned long long vm = vc.create + vc.map + vc.access + vc.unmap + vc.destroy;
+      char vmbuf[48];
+      std::snprintf(vmbuf, sizeof vmbuf, "%llu(%llu/%llu)", vm,
+                    static_cast<unsigned long long>(vc.create.load()),
+                    static_cast<unsigned long long>(vc.reused.load()));
+      std::printf("%-22s %-28s %14lld %14lld %7.3f %8lld %19s %10.2f %9.1f\n", t.name.c_str(),
                   conf.empty() ? "default" : conf.c_str(),
                   static_cast<long long>(s.allocated_bytes[0].peak),
                   static_cast<long long>(s.reserved_bytes[0].peak),

@@ -42,50 +42,80 @@ std::size_t ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes,
                                    VmCallCounts& calls) {
   const std::size_t first = (addr - base) / chunk_;
   const std::size_t last = (addr - base + bytes + chunk_ - 1) / chunk_;
-  std::vector<std::size_t> done;  // chunks mapped by this call (rolled back on failure)
-  std::vector<bool> was_spare;
-  for (std::size_t i = first; i < last; ++i) {
-    if (handle_[i]) continue;
-    detail::PhysMemHandle h = 0;
-    bool spare = false;
-    if (!spares.empty()) {
-      h = spares.back();
-      spares.pop_back();
-      spare = true;
-    } else {
-      h = backend.vm_create(device, chunk_);
-      if (h) VmCallCounts::bump(calls.create);
+  // Runs of unmapped chunks are mapped with one vm_map_chunks each (one access change per
+  // run on the GPU). Runs mapped by this call are rolled back if a later one fails.
+  std::vector<std::pair<std::size_t, std::size_t>> done;  // (first chunk, count)
+  std::vector<detail::PhysMemHandle> run;
+  std::size_t taken = 0;  // spares taken by the current run (they come first in `run`)
+  auto give_back = [&](const detail::PhysMemHandle* h, std::size_t n, std::size_t from_spares) {
+    // The first from_spares handles came from the spares, the rest were created here.
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k < from_spares) spares.push_back(h[k]);
+      else destroy(backend, h[k], calls);
     }
-    if (h) {
+  };
+  std::vector<std::size_t> spare_counts;  // per done run
+  std::size_t mapped = 0;
+  for (std::size_t i = first; i < last;) {
+    if (handle_[i]) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < last && !handle_[j]) ++j;
+    const std::size_t n = j - i;
+    run.clear();
+    taken = 0;
+    while (run.size() < n && !spares.empty()) {
+      run.push_back(spares.back());
+      spares.pop_back();
+      ++taken;
+    }
+    bool ok = true;
+    while (run.size() < n) {
+      detail::PhysMemHandle h = backend.vm_create(device, chunk_);
+      if (!h) {
+        ok = false;
+        break;
+      }
+      VmCallCounts::bump(calls.create);
+      run.push_back(h);
+    }
+    if (ok) {
       try {
-        backend.vm_map(base + i * chunk_, chunk_, h, device);
-        VmCallCounts::bump(calls.map);
-        if (spare) VmCallCounts::bump(calls.reused);
+        backend.vm_map_chunks(base + i * chunk_, chunk_, run.data(), n, device);
       } catch (...) {
-        if (spare) spares.push_back(h);
-        else destroy(backend, h, calls);
-        h = 0;
+        ok = false;
       }
     }
-    if (!h) {
-      // Our own fresh mappings: unused, nothing to wait for.
-      for (std::size_t k = done.size(); k-- > 0;) {
-        const std::size_t c = done[k];
-        backend.vm_unmap(base + c * chunk_, chunk_);
-        VmCallCounts::bump(calls.unmap);
-        if (was_spare[k]) spares.push_back(handle_[c]);
-        else destroy(backend, handle_[c], calls);
-        handle_[c] = 0;
-        --mapped_chunks_;
+    if (!ok) {
+      give_back(run.data(), run.size(), taken);
+      // Our own earlier runs: fresh mappings, unused, nothing to wait for.
+      for (std::size_t r = done.size(); r-- > 0;) {
+        const auto [c0, cn] = done[r];
+        std::vector<detail::PhysMemHandle> hs(handle_.begin() + static_cast<std::ptrdiff_t>(c0),
+                                              handle_.begin() + static_cast<std::ptrdiff_t>(c0 + cn));
+        for (std::size_t c = c0; c < c0 + cn; ++c) {
+          backend.vm_unmap(base + c * chunk_, chunk_);
+          VmCallCounts::bump(calls.unmap);
+          handle_[c] = 0;
+        }
+        mapped_chunks_ -= cn;
+        give_back(hs.data(), cn, spare_counts[r]);
       }
       return SIZE_MAX;
     }
-    handle_[i] = h;
-    ++mapped_chunks_;
-    done.push_back(i);
-    was_spare.push_back(spare);
+    for (std::size_t k = 0; k < n; ++k) handle_[i + k] = run[k];
+    mapped_chunks_ += n;
+    mapped += n * chunk_;
+    calls.map.fetch_add(n, std::memory_order_relaxed);
+    calls.reused.fetch_add(taken, std::memory_order_relaxed);
+    VmCallCounts::bump(calls.access);
+    done.emplace_back(i, n);
+    spare_counts.push_back(taken);
+    i = j;
   }
-  return done.size() * chunk_;
+  return mapped;
 }
 
 std::pair<std::uintptr_t, std::uintptr_t> ExpandableSegment::unmappable(std::uintptr_t addr,

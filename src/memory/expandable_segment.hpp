@@ -40,6 +40,7 @@ struct Block;
 struct VmCallCounts {
   std::atomic<std::uint64_t> create{0}, map{0}, unmap{0}, destroy{0};
   std::atomic<std::uint64_t> reused{0};  // maps of a spare handle (no create, no destroy)
+  std::atomic<std::uint64_t> access{0};  // access grants: one per run of chunks mapped
   static void bump(std::atomic<std::uint64_t>& c) noexcept {
     c.fetch_add(1, std::memory_order_relaxed);
   }

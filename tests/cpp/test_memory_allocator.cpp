@@ -216,6 +216,21 @@ TEST(MemoryAllocator, ExpandableSegmentsMapAhead) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
+// A run of chunks is mapped with one access grant (cuMemSetAccess on the GPU), not one per
+// chunk.
+TEST(MemoryAllocator, ExpandableSegmentsGrantAccessOncePerRun) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* b = a.malloc(100 * kMiB, nullptr);
+  if (emulated()) std::memset(reinterpret_cast<void*>(b->ptr), 5, 100 * kMiB);
+  const auto& calls = a.vm_calls();
+  EXPECT_GE(calls.map.load(), static_cast<std::uint64_t>(chunks_of(100 * kMiB) / kChunk));
+  EXPECT_EQ(calls.access.load(), 1u);
+  a.free(reinterpret_cast<void*>(b->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+  EXPECT_EQ(calls.unmap.load(), calls.map.load());
+}
+
 TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {
   DeviceAllocator a = make("max_split_size_mb:64");
   auto* big = a.malloc(100 * kMiB, nullptr);
