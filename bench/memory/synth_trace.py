@@ -8,7 +8,8 @@ implementation makes (every op output is a new tensor, freed when its last use i
 KV cache grows by torch.cat; autograd keeps the saved activations until the backward pass of
 their layer). They are models of those programs, not recordings: the header says
 ``synthetic=1`` and its peak_reserved is 0 (no allocator ran). Record the real programs on a
-GPU with record_torch_trace.py (workloads of the same names) to check them against these.
+GPU with record_torch_trace.py (workloads of the same names; not recorded yet) to check
+them against these.
 
   kv_generate     decoder-only LM (12 layers, d_model 2048, fp16) serving 10 batches of
                   1-16 prompts of 32-512 tokens, generating 16-128 tokens each: the KV cache
