@@ -126,6 +126,25 @@ def test_mempool_routing():
     assert h != mem.graph_pool_handle()
 
 
+def test_mempool_snapshot_leaves_out_expandable_segments():
+    # With expandable segments, a pool's snapshot showed the default pools' expandable
+    # segments too (they were not filtered by pool).
+    code = """
+import cudakit.memory as mem
+p = mem.caching_allocator_alloc(1000)
+pool = mem.MemPool()
+with mem.use_mem_pool(pool):
+    q = mem.caching_allocator_alloc(1 << 20)
+segs = pool.snapshot()
+assert segs and all(s["segment_pool_id"] == pool.id for s in segs), segs
+assert any(s["is_expandable"] for s in mem.memory_snapshot()), "the default pool's segment"
+mem.caching_allocator_delete(q)
+mem.caching_allocator_delete(p)
+"""
+    env = dict(os.environ, CUDAKIT_ALLOC_CONF="expandable_segments:True")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+
 def test_snapshot_history_and_pickle(tmp_path):
     mem._record_memory_history(max_entries=1000)
     p = mem.caching_allocator_alloc(3 << 20)
