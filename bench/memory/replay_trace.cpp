@@ -83,8 +83,13 @@ int main(int argc, char** argv) {
   if (confs.empty()) confs = {"", "expandable_segments:True"};
   detail::Backend& be = detail::backend();
   std::printf("backend: %s\n", be.name());
-  std::printf("%-22s %-28s %14s %14s %7s %9s %10s %9s\n", "trace", "config", "peak_alloc",
-              "peak_reserved", "ratio", "dev_alloc", "time_ms", "ns/op");
+  // dev_ops: num_device_alloc + num_device_free (torch's counting: one per cudaMalloc /
+  // cudaFree, or per map / unmap of a contiguous range of an expandable segment);
+  // vm_calls: the driver calls behind the expandable ones (cuMemCreate, cuMemMap, one
+  // cuMemSetAccess per run of chunks mapped, cuMemUnmap, cuMemRelease),
+  // with the physical chunks created and the maps of reused chunks in brackets.
+  std::printf("%-22s %-28s %14s %14s %7s %8s %19s %10s %9s\n", "trace", "config", "peak_alloc",
+              "peak_reserved", "ratio", "dev_ops", "vm_calls(new/reuse)", "time_ms", "ns/op");
   for (const char* path : paths) {
     Trace t = load(path);
     for (const std::string& conf : confs) {
@@ -98,24 +103,54 @@ int main(int argc, char** argv) {
       auto handle_of = [&](std::uint64_t s) -> detail::StreamHandle {
         return s ? streams.at(s).handle() : nullptr;
       };
+      // REPLAY_VERBOSE=1: one line per event that made expandable driver calls (perturbs the
+      // timing: statistics are read there).
+      const bool verbose = std::getenv("REPLAY_VERBOSE") != nullptr;
+      std::uint64_t seen = 0;
+      std::size_t index = 0;
+      std::int64_t live_bytes = 0;
+      std::unordered_map<std::uint64_t, std::size_t> live_size;
       const auto t0 = std::chrono::steady_clock::now();
       for (const TraceEvent& e : t.events) {
         if (e.alloc) {
           live[e.id] = reinterpret_cast<void*>(a.malloc(e.bytes, handle_of(e.stream))->ptr);
+          if (verbose) live_size[e.id] = e.bytes, live_bytes += e.bytes;
         } else if (auto it = live.find(e.id); it != live.end()) {
           a.free(it->second);
           live.erase(it);
+          if (verbose) live_bytes -= live_size[e.id];
+        }
+        ++index;
+        if (verbose) {
+          const memory::VmCallCounts& vc = a.vm_calls();
+          const std::uint64_t now = vc.map + vc.unmap;
+          if (now != seen) {
+            auto st = a.stats();
+            std::printf("  event %zu %s %zu: maps %llu unmaps %llu reserved %.1f MiB live %.1f MiB ops %lld\n",
+                        index, e.alloc ? "alloc" : "free", e.bytes,
+                        static_cast<unsigned long long>(vc.map.load()),
+                        static_cast<unsigned long long>(vc.unmap.load()),
+                        double(st.reserved_bytes[0].current) / 1048576.0, double(live_bytes) / 1048576.0,
+                        static_cast<long long>(st.num_device_alloc + st.num_device_free));
+            seen = now;
+          }
         }
       }
       const auto t1 = std::chrono::steady_clock::now();
       auto s = a.stats();
       const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-      std::printf("%-22s %-28s %14lld %14lld %7.3f %9lld %10.2f %9.1f\n", t.name.c_str(),
+      const memory::VmCallCounts& vc = a.vm_calls();
+      const unsigned long long vm = vc.create + vc.map + vc.access + vc.unmap + vc.destroy;
+      char vmbuf[48];
+      std::snprintf(vmbuf, sizeof vmbuf, "%llu(%llu/%llu)", vm,
+                    static_cast<unsigned long long>(vc.create.load()),
+                    static_cast<unsigned long long>(vc.reused.load()));
+      std::printf("%-22s %-28s %14lld %14lld %7.3f %8lld %19s %10.2f %9.1f\n", t.name.c_str(),
                   conf.empty() ? "default" : conf.c_str(),
                   static_cast<long long>(s.allocated_bytes[0].peak),
                   static_cast<long long>(s.reserved_bytes[0].peak),
                   double(s.reserved_bytes[0].peak) / double(std::max<std::int64_t>(1, s.allocated_bytes[0].peak)),
-                  static_cast<long long>(s.num_device_alloc), ms,
+                  static_cast<long long>(s.num_device_alloc + s.num_device_free), vmbuf, ms,
                   ms * 1e6 / double(t.events.size()));
       if (std::getenv("REPLAY_POOLS"))
         std::printf("    small: alloc peak %lld reserved peak %lld | large: alloc peak %lld reserved peak %lld\n",

@@ -8,6 +8,9 @@ Usage:
              (torch columns are skipped when torch or torch.cuda is unavailable; emulated
              "bandwidth" is a host memcpy, a smoke test only)
 
+BENCH_PINNED_PYBIND11=1 adds a column for cudakit.empty's pybind11 function (what
+cudakit.empty was before its METH_FASTCALL front, issue 15.5).
+
 Cases (each library with its own tensors, streams, events and copy):
   alloc+free  empty(n, dtype=uint8, device="cpu", pin_memory=True) then drop it; the size
               class is warmed first (cached path). us per pair, median of --reps batches.
@@ -81,6 +84,10 @@ def make_libs():
     import cudakit.tensor as T
     libs = [Lib("cudakit", T.empty, ck.Event, T.uint8, lambda t: t.numpy(),
                 lambda a: T.asarray(a))]
+    if os.environ.get("BENCH_PINNED_PYBIND11"):
+        # The pybind11 function behind cudakit.empty's fast path (issue 15.5's "before").
+        libs.append(Lib("cudakit_pybind11", ck._C._empty_pybind11, ck.Event, T.uint8,
+                        lambda t: t.numpy(), lambda a: T.asarray(a)))
     why = None
     try:
         import torch

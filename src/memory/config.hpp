@@ -7,14 +7,15 @@
 //   live: applied to existing allocators at once
 //     garbage_collection_threshold, max_non_split_rounding_mb, roundup_power2_divisions,
 //     per_process_memory_fraction (every device, as set_per_process_memory_fraction),
-//     quick_cache, expandable_segments_chunk_pages, expandable_segments_slack_div,
+//     quick_cache, expandable_segments_slack_div,
 //     pinned_use_cuda_host_register (alias pinned_use_host_register),
 //     pinned_num_register_threads, pinned_use_background_threads (new pinned blocks / the
 //     pinned cache)
 //   init: fixed once a device allocator exists; changing them afterwards raises ValueError
 //     backend (a pool cannot switch between the native allocator and the driver's),
 //     expandable_segments (segments of both kinds would have to coexist in one pool),
-//     max_split_size_mb (split decisions and oversize statistics of live blocks depend on it)
+//     max_split_size_mb (split decisions and oversize statistics of live blocks depend on it),
+//     expandable_segments_chunk_pages (physical chunks of one size are interchangeable)
 //   inert: accepted so a PYTORCH_CUDA_ALLOC_CONF written for torch works, but have no effect
 //     here; each use warns
 //     release_lock_on_cudamalloc (the allocator never waits under its locks; the device
@@ -22,9 +23,10 @@
 //       capture in cudakit yet)
 // cudakit's own keys (not torch's): quick_cache (True/False, default True: the exact-size
 // cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
-// (pages mapped per physical allocation, default 8 = 16 MiB), expandable_segments_slack_div
-// (expandable segments give back free pages once cached bytes exceed live bytes / N; default
-// 64). The last three were environment variables read on the side before.
+// (pages per physical allocation of the large pool, default 4 = 8 MiB; the small pool's are
+// one page), expandable_segments_slack_div (expandable segments may reserve the live
+// high-water mark plus 1/N of it before they move pages; default 32). The measurements
+// behind the defaults are in expandable_segment.hpp.
 //
 // Thread-safety: parse() is pure; config(), the registry's apply and the warning handler are
 // serialised by mutexes.
@@ -60,8 +62,8 @@ struct AllocatorConfig {
   bool release_lock_on_device_malloc = false;  // inert
   double per_process_memory_fraction = 1.0;
   bool quick_cache = true;
-  std::size_t expandable_chunk_pages = 8;
-  std::size_t expandable_slack_div = 64;
+  std::size_t expandable_chunk_pages = 4;
+  std::size_t expandable_slack_div = 32;
   // Pinned host allocator.
   bool pinned_use_host_register = false;
   unsigned pinned_num_register_threads = 1;

@@ -28,6 +28,10 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
   for (std::size_t i = 0; i < divisions_.size(); ++i)
     divisions_[i].store(cfg_.roundup_power2_divisions[i], std::memory_order_relaxed);
   total_memory_ = backend_.mem_get_info(device_).total;
+  if (cfg_.expandable_segments) {
+    const std::size_t g = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
+    vm_page_ = (kSmallBuffer + g - 1) / g * g;
+  }
   max_request_ = std::min(total_memory_, kMaxRequest);
   stats_.set_max_split_size(cfg_.max_split_size);
   fraction_ = cfg_.per_process_memory_fraction;
@@ -164,7 +168,6 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t alloc_size,
   b->segment_id = next_segment_id_++;
   segment_heads_.insert(b);
   stats_.segment_created(pool.is_small, alloc_size, oversize(alloc_size));
-  reserved_hwm_ = std::max(reserved_hwm_, stats_.reserved_bytes());
   if (allocator_events_wanted()) note_event("segment_alloc", b->ptr, alloc_size, stream, nullptr);
   return b;
 }
@@ -260,9 +263,21 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   if (!pending_.empty()) process_events();
   const std::size_t size = round_size(orig_size);
   Block* b = take_cached(size, stream);
-  if (!b) b = grow(size, stream);
+  bool moving = false;
+  if (!b) b = grow(size, stream, /*may_move=*/true, moving);
+  if (!b && moving) {
+    // Expandable pages are moving here: they are unmapped now, without the locks (locks.hpp),
+    // and come back as spare handles before this allocation maps new ones (so the footprint
+    // never holds both). Anything may have changed meanwhile: search again.
+    lock.unlock();
+    lock.lock();
+    b = take_cached(size, stream);
+    if (!b) b = grow(size, stream, /*may_move=*/false, moving);
+  }
   if (!b) b = retry_after_release(lock, size, orig_size, stream);
-  return finish_alloc(b, size, orig_size, stream, client);
+  b = finish_alloc(b, size, orig_size, stream, client);
+  if (spare_bytes_) release_spares();  // destroyed by the unlock
+  return b;
 }
 
 Block* DeviceAllocator::take_cached(std::size_t size, detail::StreamHandle stream) {
@@ -277,13 +292,14 @@ Block* DeviceAllocator::take_cached(std::size_t size, detail::StreamHandle strea
   return b;
 }
 
-Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream) {
+Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool may_move,
+                             bool& moving) {
   BlockPool& pool = pool_for(size, stream);
   const bool caching = caching_enabled();
   if (cfg_.garbage_collection_threshold > 0 && caching) garbage_collect();
   Block* b = nullptr;
   if (cfg_.expandable_segments && caching && !pool.owner) {
-    b = alloc_expandable(pool, size, stream);
+    b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
     b = alloc_segment(pool, caching ? allocation_size(size)
                                     : (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize,
@@ -300,7 +316,8 @@ Block* DeviceAllocator::retry_after_release(Locked& lock, std::size_t size,
   stats_.alloc_retry();
   auto attempt = [&]() -> Block* {
     Block* b = take_cached(size, stream);
-    return b ? b : grow(size, stream);
+    bool moving = false;
+    return b ? b : grow(size, stream, /*may_move=*/false, moving);
   };
   // 1. Cached blocks that can satisfy the request go back to the device.
   if (release_available(lock, pool_for(size, stream), size)) {
@@ -589,7 +606,6 @@ void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
   cfg_.roundup_power2_divisions = c.roundup_power2_divisions;
   for (std::size_t i = 0; i < divisions_.size(); ++i)
     divisions_[i].store(c.roundup_power2_divisions[i], std::memory_order_relaxed);
-  cfg_.expandable_chunk_pages = c.expandable_chunk_pages;
   cfg_.expandable_slack_div = c.expandable_slack_div;
   cfg_.quick_cache = c.quick_cache;
   cfg_.pinned_use_host_register = c.pinned_use_host_register;

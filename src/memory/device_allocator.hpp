@@ -126,14 +126,19 @@ class DeviceAllocator {
 
  private:
   // Work queued under the locks and run by Locked::unlock() once they are released: a
-  // segment going back to the device (or its plug-in source), or expandable chunks to unmap
-  // (then `unmapping`, the `releasing` block covering them, is finished under the locks).
+  // segment going back to the device (or its plug-in source), expandable chunks to unmap
+  // (then `unmapping`, the `releasing` block covering them, is finished under the locks;
+  // with keep_handles their physical memory becomes spares instead of being destroyed), or
+  // spare handles to destroy.
   struct Deferred {
     void* segment = nullptr;
     std::shared_ptr<PluggedAllocator> source;
     Block* unmapping = nullptr;
+    bool keep_handles = false;
     std::size_t bytes = 0;
     std::vector<ExpandableSegment::DetachedChunk> chunks;
+    std::vector<detail::PhysMemHandle> destroy;
+    bool destroy_small = false;
   };
   // The slow-path lock: the device mutex, then the fast lock. unlock() releases both, then
   // runs the work deferred while they were held; the destructor unlocks if still held
@@ -167,7 +172,10 @@ class DeviceAllocator {
 
   // ---- allocation (device_allocator.cpp) ----
   Block* take_cached(std::size_t size, detail::StreamHandle stream);
-  Block* grow(std::size_t size, detail::StreamHandle stream);
+  // Grows the pool for `size`. With an expandable pool over its footprint budget it may
+  // instead queue free pages elsewhere for unmapping and set `moving` (may_move only): the
+  // caller then unlocks (the unmaps run), relocks and calls again with may_move false.
+  Block* grow(std::size_t size, detail::StreamHandle stream, bool may_move, bool& moving);
   Block* retry_after_release(Locked& lock, std::size_t size, std::size_t orig_size,
                              detail::StreamHandle stream);
   Block* finish_alloc(Block* b, std::size_t size, std::size_t orig_size,
@@ -211,12 +219,16 @@ class DeviceAllocator {
                               detail::StreamHandle stream);
 
   // ---- expandable segments (expandable_segment.cpp) ----
-  Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream);
-  bool map_block(Block* b, std::size_t size);
-  std::size_t unmap_free_pages(Block* b);  // returns bytes queued for unmapping
+  Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream,
+                          bool may_move, bool& moving);
+  bool map_block(Block* b, std::size_t size, std::size_t ahead);
+  std::size_t unmap_free_pages(Block* b, bool keep_handles);  // bytes queued for unmapping
   void finish_unmap(const Deferred& d);
-  std::size_t compact_expandable(std::size_t want);
+  std::size_t compact_expandable(std::size_t want, const Block* keep_from,
+                                 std::size_t keep_bytes);
   void release_expandable(Locked& lock);
+  void release_spares();  // queues the destruction of unused spare handles
+  std::size_t chunk_bytes(bool small) const noexcept;
   bool stream_idle(detail::StreamHandle stream) noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
@@ -279,7 +291,18 @@ class DeviceAllocator {
   std::size_t limit_ = SIZE_MAX;  // reserved-bytes cap from the memory fraction
   double fraction_ = 1.0;
   std::uint64_t next_segment_id_ = 1;
-  std::size_t reserved_hwm_ = 0;  // highest reserved bytes so far (expandable compaction)
+  // Expandable segments: the allocation granularity (vm_granularity, at least 2 MiB), the
+  // live high-water mark their footprint budget follows, physical handles unmapped to be
+  // mapped again elsewhere (per pool kind; counted in reserved bytes), and driver calls.
+  std::size_t vm_page_ = kSmallBuffer;
+  std::size_t live_hwm_ = 0;
+  std::vector<detail::PhysMemHandle> spare_small_, spare_large_;
+  std::size_t spare_bytes_ = 0;
+  VmCallCounts vm_calls_;
+
+ public:
+  // Driver calls made for expandable segments so far (replay benchmark, tests).
+  const VmCallCounts& vm_calls() const noexcept { return vm_calls_; }
 };
 
 

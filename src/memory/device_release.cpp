@@ -78,7 +78,12 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
         else backend_.mem_free(device_, d.segment);
       } else if (d.unmapping) {
         unmapped = true;
-        ExpandableSegment::release(backend_, d.chunks);
+        ExpandableSegment::unmap(backend_, d.chunks, vm_calls_);
+        if (!d.keep_handles)
+          for (const auto& c : d.chunks) ExpandableSegment::destroy(backend_, c.handle, vm_calls_);
+      } else if (!d.destroy.empty()) {
+        unmapped = true;
+        for (detail::PhysMemHandle h : d.destroy) ExpandableSegment::destroy(backend_, h, vm_calls_);
       }
     } catch (...) {
       if (!error) error = std::current_exception();
@@ -87,8 +92,13 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
   if (unmapped) {
     std::lock_guard m(mutex_);
     std::lock_guard f(fast_lock_);
-    for (const Deferred& d : work)
-      if (d.unmapping) finish_unmap(d);
+    for (const Deferred& d : work) {
+      if (d.unmapping) {
+        finish_unmap(d);
+      } else if (!d.destroy.empty()) {
+        stats_.pages_unmapped(d.destroy_small, d.bytes, 0);
+      }
+    }
   }
   if (error) std::rethrow_exception(error);
 }

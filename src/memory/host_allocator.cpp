@@ -70,11 +70,11 @@ void* HostAllocator::allocate(std::size_t bytes) {
   {
     std::lock_guard lock(mutex_);
     if (!pending_.empty()) process_events();
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      HostBlock& b = blocks_[p];
+    std::vector<HostBlock*>& cached = free_[std::countr_zero(size)];
+    if (!cached.empty()) {
+      HostBlock& b = *cached.back();
+      cached.pop_back();
+      void* p = b.ptr;
       b.allocated = true;
       bump(stats_.allocations, 1);
       bump(stats_.allocated_bytes, static_cast<std::int64_t>(size));
@@ -99,6 +99,7 @@ void* HostAllocator::allocate(std::size_t bytes) {
   stats_.host_alloc_time.add(now_us() - t0);
   ++stats_.num_host_alloc;
   HostBlock& b = blocks_[p];
+  b.ptr = p;
   b.size = size;
   b.allocated = true;
   b.registered = registered;
@@ -183,7 +184,7 @@ bool HostAllocator::free(void* ptr) {
   }
   bump(stats_.active_requests, -1);
   bump(stats_.active_bytes, -static_cast<std::int64_t>(b.size));
-  free_[b.size].push_back(ptr);
+  free_[std::countr_zero(b.size)].push_back(&b);
   return true;
 }
 
@@ -201,7 +202,7 @@ void HostAllocator::process_events() {
     if (b.events.empty()) {
       bump(stats_.active_requests, -1);
       bump(stats_.active_bytes, -static_cast<std::int64_t>(b.size));
-      free_[b.size].push_back(p);
+      free_[std::countr_zero(b.size)].push_back(&b);
     } else {
       pending_[keep++] = p;
     }
@@ -243,12 +244,13 @@ void HostAllocator::empty_cache() {
   {
     std::lock_guard lock(mutex_);
     if (!pending_.empty()) process_events();
-    for (auto& [size, v] : free_) {
-      for (void* p : v) {
-        release.emplace_back(p, blocks_[p].registered);
-        blocks_.erase(p);
+    for (std::vector<HostBlock*>& v : free_) {
+      for (HostBlock* b : v) {
+        const std::int64_t size = static_cast<std::int64_t>(b->size);
+        release.emplace_back(b->ptr, b->registered);
+        blocks_.erase(b->ptr);  // destroys *b
         bump(stats_.segment, -1);
-        bump(stats_.reserved_bytes, -static_cast<std::int64_t>(size));
+        bump(stats_.reserved_bytes, -size);
       }
       v.clear();
     }

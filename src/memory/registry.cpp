@@ -72,6 +72,8 @@ void apply_allocator_settings(const std::string& text) {
         const bool same = key == "backend" ? next.backend == cur.backend
                           : key == "expandable_segments"
                               ? next.expandable_segments == cur.expandable_segments
+                          : key == "expandable_segments_chunk_pages"
+                              ? next.expandable_chunk_pages == cur.expandable_chunk_pages
                               : next.max_split_size == cur.max_split_size;
         if (!same)
           throw ValueError("set_allocator_settings: '" + key + "' cannot change once a device "

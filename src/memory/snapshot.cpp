@@ -50,12 +50,16 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only
     out.push_back(std::move(seg));
   }
   for (auto& es : expandable_) {
-    // Each run of mapped blocks is reported as one segment (as torch does).
+    // Each run of mapped blocks is reported as one segment (as torch does); a pool's
+    // snapshot leaves out the default pools' expandable segments.
     SegmentInfo seg;
     bool open = false;
+    auto emit = [&] {
+      if (!only_pool || seg.owner == *only_pool) out.push_back(std::move(seg));
+    };
     for (const Block* b = es->first; b; b = b->next) {
       if (!b->mapped) {
-        if (open) out.push_back(std::move(seg));
+        if (open) emit();
         open = false;
         continue;
       }
@@ -71,7 +75,7 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only
       }
       add_block(seg, b);
     }
-    if (open) out.push_back(std::move(seg));
+    if (open) emit();
   }
   std::sort(out.begin(), out.end(),
             [](const SegmentInfo& a, const SegmentInfo& b) { return a.address < b.address; });

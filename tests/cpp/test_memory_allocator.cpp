@@ -128,6 +128,14 @@ TEST(MemoryAllocator, RecordStreamDefersReuse) {
   EXPECT_EQ(a.stats().active[0].current, 0);
 }
 
+namespace {
+// Physical chunk of the large pool with the default settings (expandable_segment.hpp).
+constexpr std::size_t kChunk = AllocatorConfig{}.expandable_chunk_pages * 2 * kMiB;
+std::int64_t chunks_of(std::size_t bytes) {
+  return static_cast<std::int64_t>((bytes + kChunk - 1) / kChunk * kChunk);
+}
+}  // namespace
+
 TEST(MemoryAllocator, ExpandableSegmentsGrowAndShrink) {
   DeviceAllocator a = make("expandable_segments:True");
   auto* b1 = a.malloc(30 * kMiB, nullptr);
@@ -139,16 +147,15 @@ TEST(MemoryAllocator, ExpandableSegmentsGrowAndShrink) {
   if (emulated())  // host-addressable only on the emulated backend
     std::memset(reinterpret_cast<void*>(b2->ptr), 9, 50 * kMiB);
   auto s = a.stats();
-  EXPECT_EQ(s.reserved_bytes[0].current, static_cast<std::int64_t>(80 * kMiB))
-      << "no rounding slack beyond the 2 MiB page";
+  EXPECT_EQ(s.reserved_bytes[0].current, chunks_of(80 * kMiB)) << "whole chunks, nothing more";
   a.free(reinterpret_cast<void*>(b1->ptr));
   auto* b3 = a.malloc(70 * kMiB, nullptr);  // does not fit the 30 MiB hole
   EXPECT_EQ(b3->ptr, b2->ptr + 50 * kMiB);
   a.free(reinterpret_cast<void*>(b2->ptr));
   a.empty_cache();
   s = a.stats();
-  EXPECT_EQ(s.reserved_bytes[0].current, static_cast<std::int64_t>(70 * kMiB))
-      << "free pages were unmapped";
+  // b3 starts at 80 MiB: a multiple of the chunk size, so it covers chunks_of(70 MiB).
+  EXPECT_EQ(s.reserved_bytes[0].current, chunks_of(70 * kMiB)) << "free pages were unmapped";
   auto* b4 = a.malloc(80 * kMiB, nullptr);  // reuses (remaps) the address range in front
   EXPECT_EQ(b4->ptr, p1);
   if (emulated())  // host-addressable only on the emulated backend
@@ -160,6 +167,68 @@ TEST(MemoryAllocator, ExpandableSegmentsGrowAndShrink) {
   EXPECT_EQ(s.reserved_bytes[0].current, 0);
   EXPECT_EQ(s.allocated_bytes[0].current, 0);
   EXPECT_EQ(s.inactive_split_bytes[0].current, 0);
+}
+
+// Over the footprint budget (live high-water mark + 1/32), free chunks elsewhere are unmapped
+// first and their physical memory is mapped where the allocation needs it: the footprint
+// never holds both (the unmaps run before the map, outside the locks), and the moved chunks
+// are the same physical allocations (no release + create).
+TEST(MemoryAllocator, ExpandableSegmentsMovePagesWithinBudget) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* x = a.malloc(64 * kMiB, nullptr);
+  auto* y = a.malloc(64 * kMiB, nullptr);
+  a.free(reinterpret_cast<void*>(x->ptr));  // a 64 MiB hole in front of y
+  const auto& calls = a.vm_calls();
+  const auto created = calls.create.load();
+  const auto before = a.stats();
+  auto* z = a.malloc(100 * kMiB, nullptr);  // does not fit the hole
+  if (emulated()) std::memset(reinterpret_cast<void*>(z->ptr), 3, 100 * kMiB);
+  const auto s = a.stats();
+  const std::int64_t live_hwm = 164 * kMiB;
+  EXPECT_LE(s.reserved_bytes[0].peak, live_hwm + live_hwm / 32)
+      << "pages moved: the hole was unmapped before the new pages were mapped";
+  EXPECT_EQ(calls.reused.load(), 8u) << "the hole's eight chunks were mapped again";
+  EXPECT_EQ(calls.create.load() - created,
+            static_cast<std::uint64_t>((chunks_of(100 * kMiB) - 64 * kMiB) / kChunk))
+      << "only the chunks beyond the moved ones were created";
+  EXPECT_EQ(s.num_device_free - before.num_device_free, 1) << "one unmap (of the hole)";
+  EXPECT_EQ(s.reserved_bytes[0].current, 128 * kMiB - 64 * kMiB + chunks_of(100 * kMiB));
+  a.free(reinterpret_cast<void*>(y->ptr));
+  a.free(reinterpret_cast<void*>(z->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+  EXPECT_EQ(calls.create.load(), calls.destroy.load()) << "every physical chunk released";
+}
+
+// A live set growing in small steps maps ahead (within the budget), so most allocations need
+// no map call.
+TEST(MemoryAllocator, ExpandableSegmentsMapAhead) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* big = a.malloc(1024 * kMiB, nullptr);  // raises the live high-water mark
+  a.free(reinterpret_cast<void*>(big->ptr));
+  a.empty_cache();
+  const auto before = a.stats().num_device_alloc;
+  std::vector<void*> v;
+  for (int i = 0; i < 16; ++i) v.push_back(reinterpret_cast<void*>(a.malloc(10 * kMiB, nullptr)->ptr));
+  EXPECT_LE(a.stats().num_device_alloc - before, 5) << "16 allocations of 10 MiB";
+  for (void* p : v) a.free(p);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+}
+
+// A run of chunks is mapped with one access grant (cuMemSetAccess on the GPU), not one per
+// chunk.
+TEST(MemoryAllocator, ExpandableSegmentsGrantAccessOncePerRun) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* b = a.malloc(100 * kMiB, nullptr);
+  if (emulated()) std::memset(reinterpret_cast<void*>(b->ptr), 5, 100 * kMiB);
+  const auto& calls = a.vm_calls();
+  EXPECT_GE(calls.map.load(), static_cast<std::uint64_t>(chunks_of(100 * kMiB) / kChunk));
+  EXPECT_EQ(calls.access.load(), 1u);
+  a.free(reinterpret_cast<void*>(b->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+  EXPECT_EQ(calls.unmap.load(), calls.map.load());
 }
 
 TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {

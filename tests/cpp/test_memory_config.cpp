@@ -51,13 +51,12 @@ TEST(MemoryConfig, LiveKeysReachExistingAllocatorsAndSnapshots) {
   touch_allocator();
   set_allocator_settings("garbage_collection_threshold:0.7,roundup_power2_divisions:4,"
                          "max_non_split_rounding_mb:32,quick_cache:False,"
-                         "expandable_segments_chunk_pages:4,expandable_segments_slack_div:16");
+                         "expandable_segments_slack_div:16");
   const memory::AllocatorConfig c = memory::device_allocator(0).settings();
   EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.7);
   EXPECT_EQ(c.divisions_for(100 * memory::kMiB), 4u);
   EXPECT_EQ(c.max_non_split_rounding, 32 * memory::kMiB);
   EXPECT_FALSE(c.quick_cache);
-  EXPECT_EQ(c.expandable_chunk_pages, 4u);
   EXPECT_EQ(c.expandable_slack_div, 16u);
   const json s = snapshot_settings();
   EXPECT_DOUBLE_EQ(s["garbage_collection_threshold"].get<double>(), 0.7);
@@ -75,8 +74,7 @@ TEST(MemoryConfig, LiveKeysReachExistingAllocatorsAndSnapshots) {
   EXPECT_TRUE(d.quick_cache);
   EXPECT_DOUBLE_EQ(d.garbage_collection_threshold, 0.7);
   set_allocator_settings("garbage_collection_threshold:0.99,roundup_power2_divisions:0,"
-                         "max_non_split_rounding_mb:20,expandable_segments_chunk_pages:8,"
-                         "expandable_segments_slack_div:64");
+                         "max_non_split_rounding_mb:20,expandable_segments_slack_div:32");
 }
 
 TEST(MemoryConfig, FractionKeyAppliesToEveryDevice) {
@@ -92,7 +90,7 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   touch_allocator();
   const memory::AllocatorConfig before = memory::settings_in_force();
   for (const char* change : {"expandable_segments:True", "backend:cudaMallocAsync",
-                             "max_split_size_mb:100",
+                             "max_split_size_mb:100", "expandable_segments_chunk_pages:8",
                              "garbage_collection_threshold:0.5,expandable_segments:True"}) {
     try {
       set_allocator_settings(change);

@@ -126,6 +126,25 @@ def test_mempool_routing():
     assert h != mem.graph_pool_handle()
 
 
+def test_mempool_snapshot_leaves_out_expandable_segments():
+    # With expandable segments, a pool's snapshot showed the default pools' expandable
+    # segments too (they were not filtered by pool).
+    code = """
+import cudakit.memory as mem
+p = mem.caching_allocator_alloc(1000)
+pool = mem.MemPool()
+with mem.use_mem_pool(pool):
+    q = mem.caching_allocator_alloc(1 << 20)
+segs = pool.snapshot()
+assert segs and all(s["segment_pool_id"] == pool.id for s in segs), segs
+assert any(s["is_expandable"] for s in mem.memory_snapshot()), "the default pool's segment"
+mem.caching_allocator_delete(q)
+mem.caching_allocator_delete(p)
+"""
+    env = dict(os.environ, CUDAKIT_ALLOC_CONF="expandable_segments:True")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+
 def test_snapshot_history_and_pickle(tmp_path):
     mem._record_memory_history(max_entries=1000)
     p = mem.caching_allocator_alloc(3 << 20)
@@ -163,6 +182,34 @@ def test_host_stats():
         assert k in s, k
     assert "allocations" in mem.host_memory_stats_as_nested_dict()
     mem.reset_peak_host_memory_stats()
+
+
+def test_fast_empty_matches_the_pybind11_function():
+    # cudakit.empty is a vectorcall function in front of the pybind11 one (issue 15.5): every
+    # argument form gives the same tensor, and every error the same exception and message.
+    fast, slow = cudakit.empty, cudakit._C._empty_pybind11
+    assert fast is not slow and fast.__doc__ == slow.__doc__
+    before = mem.host_memory_stats()["allocations.current"]
+    forms = [((4096,), dict(dtype=cudakit.uint8, device="cpu", pin_memory=True)),
+             ((2, 3), dict(dtype=cudakit.float16, device="cpu", pin_memory=True)),
+             ((2, 3), dict(device="cpu")), ((5,), {}), (((2, 3),), {}), (([4],), dict(device="cpu")),
+             ((0,), dict(device="cpu", pin_memory=False)), ((3,), dict(device=cudakit.Device("cpu")))]
+    for args, kwargs in forms:
+        a, b = fast(*args, **kwargs), slow(*args, **kwargs)
+        assert (a.shape, a.dtype, str(a.device), a.is_pinned()) == \
+            (b.shape, b.dtype, str(b.device), b.is_pinned()), (args, kwargs)
+        del a, b
+    assert mem.host_memory_stats()["allocations.current"] == before, "pinned blocks freed"
+    bad = [((-1,), {}), ((2,), dict(dtyp=cudakit.uint8)), ((2,), dict(dtype="x")),
+           ((2,), dict(device="cuda", pin_memory=True)), ((2**70,), {}), ((2,), dict(pin_memory="yes")),
+           ((1.5,), {}), ((2**40,), dict(device="cpu", pin_memory=True)), ((), dict(dtype=object()))]
+    for args, kwargs in bad:
+        errors = []
+        for fn in (fast, slow):
+            with pytest.raises(Exception) as e:
+                fn(*args, **kwargs)
+            errors.append((type(e.value), str(e.value)))
+        assert errors[0] == errors[1], (args, kwargs)
 
 
 def test_bad_config_names_the_key():

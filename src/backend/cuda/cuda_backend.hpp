@@ -85,6 +85,8 @@ class CudaBackend final : public Backend {
   void vm_destroy(PhysMemHandle h) override;
   void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) override;
   void vm_unmap(std::uintptr_t va, std::size_t bytes) override;
+  void vm_map_chunks(std::uintptr_t va, std::size_t chunk, const PhysMemHandle* h, std::size_t n,
+                     int device) override;
   int pointer_device(const void* ptr) override;
 
   // ---- copies ----

@@ -166,6 +166,37 @@ void CudaBackend::vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, 
   }
 }
 
+void CudaBackend::vm_map_chunks(std::uintptr_t va, std::size_t chunk, const PhysMemHandle* h,
+                                std::size_t n, int device) {
+  if (n == 0) return;
+  ContextScope scope(*this, device, "vm_map");
+  const EntryPoints& t = api("vm_map");
+  auto map = CUDAKIT_CU_OPTIONAL(t, cuMemMap);
+  std::size_t i = 0;
+  auto undo = [&] {
+    while (i-- > 0) t.cuMemUnmap(static_cast<CUdeviceptr>(va + i * chunk), chunk);
+  };
+  for (; i < n; ++i) {
+    CUresult rc = map(static_cast<CUdeviceptr>(va + i * chunk), chunk, 0,
+                      static_cast<CUmemGenericAllocationHandle>(h[i]), 0);
+    if (rc != CUDA_SUCCESS) {
+      undo();
+      throw_cu(rc, "cuMemMap");
+    }
+  }
+  // One access change for the whole range (it spans the n mappings just made).
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemSetAccess)(static_cast<CUdeviceptr>(va), n * chunk,
+                                                        &access, 1);
+  if (rc != CUDA_SUCCESS) {
+    undo();
+    throw_cu(rc, "cuMemSetAccess");
+  }
+}
+
 void CudaBackend::vm_unmap(std::uintptr_t va, std::size_t bytes) {
   if (!va || is_shutting_down()) return;
   const EntryPoints& t = api("vm_unmap");
