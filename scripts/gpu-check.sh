@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # GPU check (run on the H200 machine through the device tool):
-#   scripts/gpu-check.sh OUTDIR [--quick]
+#   scripts/gpu-check.sh OUTDIR
 # Builds with the machine's own toolchain, runs the whole test suite on the cuda backend and
 # on the emulated backend, runs the benchmarks (side by side with torch where there is an
 # anchor), and writes logs plus summary.md into OUTDIR (at most 8 files).
+# The device tool limits one command to 10 minutes, so the work can be split over calls on a
+# warm machine (the build directory stays):
+#   STEPS="build cuda"  STEPS="build bench"  (default: build cuda emulated bench)
+#   BENCH_PY="bench/graphs/bench_*.py bench/comm/bench_*.py"  (default: every bench/*/bench_*.py)
+#   BENCH_CPP=0 skips the C++ benchmarks; SKIP_TRACES=1 the trace replays.
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUTDIR}
 mkdir -p "$OUT"
@@ -25,6 +30,9 @@ say '```'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
 say '```'
 
+STEPS=${STEPS:-build cuda emulated bench}
+has_step() { [[ " $STEPS " == *" $1 "* ]]; }
+
 t0=$(date +%s)
 {
   cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DCMAKE_BUILD_TYPE=Release \
@@ -40,9 +48,10 @@ if [ $build_rc != 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
 run_suite() {  # backend
   local be=$1 t=$(date +%s)
   cmake -S . -B "$BUILD" -DCUDAKIT_TEST_BACKEND="$be" > /dev/null
-  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 600 > "$OUT/test-$be.log" 2>&1
+  # ctest without its plain pytest entry, which runs next with -ra (skipped GPU tests visible)
+  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 600 -E '^python\.pytest$' \
+    > "$OUT/test-$be.log" 2>&1
   local rc=$?
-  # pytest again verbosely, so skipped GPU tests are visible in the log
   CUDAKIT_BACKEND=$be PYTHONPATH="$BUILD/python" timeout 600 "$PY" -m pytest -q -ra tests/python \
     >> "$OUT/test-$be.log" 2>&1
   local line; line=$(grep -E "tests passed|tests failed" "$OUT/test-$be.log" | tail -1)
@@ -51,14 +60,15 @@ run_suite() {  # backend
   local py; py=$(grep -E "(passed|failed).* in [0-9.]+s" "$OUT/test-$be.log" | tail -1)
   [ -n "$py" ] && say "| pytest ($be) | $py | |"
 }
-run_suite cuda
-run_suite emulated
+has_step cuda && run_suite cuda
+has_step emulated && run_suite emulated
+has_step bench || exit 0
 
 t=$(date +%s)
 TRACES=${TRACES_DIR:-traces}
 {
-  echo "## C++ benchmarks (cuda backend)"
-  for b in "$BUILD"/bench/bench_* "$BUILD"/bench/torch/alloc_vs_torch; do
+  [ "${BENCH_CPP:-1}" = 1 ] && echo "## C++ benchmarks (cuda backend)"
+  [ "${BENCH_CPP:-1}" = 1 ] && for b in "$BUILD"/bench/bench_* "$BUILD"/bench/torch/alloc_vs_torch; do
     [ -x "$b" ] || continue
     echo "### $(basename "$b")"
     case "$(basename "$b")" in
@@ -68,21 +78,25 @@ TRACES=${TRACES_DIR:-traces}
       *) CUDAKIT_BACKEND=cuda timeout 300 "$b" 2>&1 ;;
     esac
   done
-  echo "### pinned_vs_torch (C++, torch's CachingHostAllocator; built on demand)"
-  if cmake --build "$BUILD" --target pinned_vs_torch > "$OUT/pinned_vs_torch-build.log" 2>&1; then
+  [ "${BENCH_CPP:-1}" = 1 ] && echo "### pinned_vs_torch (C++, torch's CachingHostAllocator; built on demand)"
+  if [ "${BENCH_CPP:-1}" != 1 ]; then :
+  elif cmake --build "$BUILD" --target pinned_vs_torch > "$OUT/pinned_vs_torch-build.log" 2>&1; then
     CUDAKIT_BACKEND=cuda timeout 300 "$BUILD/bench/torch/pinned_vs_torch" --benchmark_repetitions=3 \
       --benchmark_report_aggregates_only=true 2>&1
   else
     echo "pinned_vs_torch did not build:"; tail -20 "$OUT/pinned_vs_torch-build.log"
   fi
   echo "## Python benchmarks (cuda backend, side by side with torch)"
-  for s in bench/*/bench_*.py; do
+  for s in ${BENCH_PY:-bench/*/bench_*.py}; do
+    [ -f "$s" ] || continue
     echo "### $s"
-    CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1
+    case "$s" in
+      bench/gds/bench_gds.py)  # 1 GiB on the local disk; page cache and cold
+        CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" \
+          --size-mib 1024 --repeat 2 --dir "${CUDAKIT_BENCH_DIR:-$PWD}" 2>&1 ;;
+      *) CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" "$s" 2>&1 ;;
+    esac
   done
-  echo "### bench/gds/bench_gds.py (1 GiB on the local disk; page cache and cold)"
-  CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 600 "$PY" bench/gds/bench_gds.py \
-    --size-mib 1024 --repeat 2 --dir "${CUDAKIT_BENCH_DIR:-$PWD}" 2>&1
   if [ "${SKIP_TRACES:-0}" != 1 ]; then
     echo "## New allocation traces recorded from torch workloads"
     mkdir -p "$TRACES"
