@@ -265,7 +265,7 @@ void bind_nccl(py::module_& m) {
     }
   });
 
-  m.def("_nccl_version", [] {
+  m.def("_nccl_version", []() -> py::tuple {  // pybind11 3 types each make_tuple apart
     nc::Version v = nc::version();
     if (v.suffix.empty()) return py::make_tuple(v.major, v.minor, v.patch);
     return py::make_tuple(v.major, v.minor, v.patch, v.suffix);
