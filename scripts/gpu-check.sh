@@ -9,6 +9,11 @@
 #   STEPS="build cuda"  STEPS="build bench"  (default: build cuda emulated bench)
 #   BENCH_PY="bench/graphs/bench_*.py bench/comm/bench_*.py"  (default: every bench/*/bench_*.py)
 #   BENCH_CPP=0 skips the C++ benchmarks; SKIP_TRACES=1 the trace replays.
+# A short check of a few fixes, when device time is scarce:
+#   BUILD_TARGETS="cudakit_python test_gds"  builds only those (and what they need)
+#   CTEST_R='^cpp\.test_gds'  PYTEST_FILES="tests/python/test_gds.py"  HANG_SECONDS=60
+# A suite still running after HANG_SECONDS (default 600) is stopped and every thread's stack
+# is written to OUTDIR/hang-<backend>.txt (scripts/hang-report.sh).
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUTDIR}
 mkdir -p "$OUT"
@@ -37,7 +42,7 @@ t0=$(date +%s)
 {
   cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DCMAKE_BUILD_TYPE=Release \
         -DCUDAKIT_TEST_BACKEND=cuda &&
-  cmake --build "$BUILD" -j "$(nproc)" -- -k 0
+  cmake --build "$BUILD" -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0
 } > "$OUT/build.log" 2>&1
 build_rc=$?
 say "| step | result | seconds |"
@@ -49,10 +54,18 @@ run_suite() {  # backend
   local be=$1 t=$(date +%s)
   cmake -S . -B "$BUILD" -DCUDAKIT_TEST_BACKEND="$be" > /dev/null
   # ctest without its plain pytest entry, which runs next with -ra (skipped GPU tests visible)
-  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 600 -E '^python\.pytest$' \
-    > "$OUT/test-$be.log" 2>&1
+  local hang=${HANG_SECONDS:-600}
+  # ctest without its plain pytest entry (and without the Python entries when only some
+  # pytest files are asked for), which run next with -ra (skipped GPU tests visible)
+  local exclude='^python\.pytest$'
+  [ -n "${PYTEST_FILES:-}" ] && exclude='^python\.'
+  scripts/hang-report.sh "$hang" "$OUT/hang-$be.txt" \
+    ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout "$hang" -E "$exclude" \
+    ${CTEST_R:+-R "$CTEST_R"} > "$OUT/test-$be.log" 2>&1
   local rc=$?
-  CUDAKIT_BACKEND=$be PYTHONPATH="$BUILD/python" timeout 600 "$PY" -m pytest -q -ra tests/python \
+  # shellcheck disable=SC2086  # PYTEST_FILES is a list
+  CUDAKIT_BACKEND=$be PYTHONPATH="$BUILD/python" scripts/hang-report.sh "$hang" \
+    "$OUT/hang-$be-pytest.txt" "$PY" -m pytest -q -ra ${PYTEST_FILES:-tests/python} \
     >> "$OUT/test-$be.log" 2>&1
   local line; line=$(grep -E "tests passed|tests failed" "$OUT/test-$be.log" | tail -1)
   say "| tests ($be) | ${line:-rc=$rc} | $(( $(date +%s) - t )) |"

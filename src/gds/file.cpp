@@ -318,18 +318,8 @@ IoRequest run(File::Impl& impl, bool read, void* ptr, std::size_t bytes, std::ui
               const char* what, std::optional<StreamRef> stream,
               std::shared_ptr<const void> keep, bool gate) {
   Checked c = check_transfer(impl, read, ptr, bytes, offset, what, stream, std::move(keep));
-  auto state = io::submit(std::move(c.transfer), c.stream);
-  if (gate && bytes > 0) {
-    // Later work on the stream waits for the whole transfer: a host task that returns when
-    // the engine reports completion (it makes no device call, as host tasks must not).
-    // Cost on cuda: the driver runs every stream's host tasks on one thread, so while this
-    // one waits, host tasks of other streams wait too (stream-ordered transfers on several
-    // streams complete in gate order). A device-side wait on a host flag
-    // (cuStreamWaitValue32) would avoid that; it needs a seam call and a GPU to verify it.
-    detail::backend().launch_host_task(c.stream.handle(),
-                                       [state] { state->wait_quietly(); });
-  }
-  return IoRequest(state);
+  // With `gate`, later work on the stream waits for the whole transfer (gds/gate.hpp).
+  return IoRequest(io::submit(std::move(c.transfer), c.stream, gate));
 }
 
 }  // namespace

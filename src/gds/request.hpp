@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "cudakit/gds.hpp"
+#include "gds/gate.hpp"
 
 namespace cudakit::gds {
 
@@ -16,6 +17,7 @@ struct IoRequest::State {
   bool done = false;
   std::size_t bytes = 0;
   std::exception_ptr error;
+  io::GateWord gate;  // the caller's stream waits for it (stream-ordered transfers)
 
   void finish(std::size_t moved, std::exception_ptr e) {
     {
@@ -24,9 +26,11 @@ struct IoRequest::State {
       error = std::move(e);
       done = true;
     }
+    // After `done`: whoever sees the stream pass the gate also sees the request done.
+    io::signal_gate_word(gate);
     cv.notify_all();
   }
-  // Blocks until finish(); never throws (used by stream gates on driver threads).
+  // Blocks until finish(); never throws.
   void wait_quietly() {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return done; });

@@ -240,6 +240,7 @@ bool HostAllocator::owns(const void* ptr) {
 }
 
 void HostAllocator::empty_cache() {
+  drain_deferred_frees();  // host functions' frees first: their blocks are released too
   std::vector<std::pair<void*, bool>> release;  // (block, registered)
   {
     std::lock_guard lock(mutex_);
@@ -267,6 +268,7 @@ void HostAllocator::empty_cache() {
 }
 
 HostMemoryStats HostAllocator::stats() {
+  drain_deferred_frees();  // so a synchronised caller sees host functions' frees
   std::lock_guard lock(mutex_);
   return stats_;
 }

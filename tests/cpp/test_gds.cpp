@@ -251,6 +251,7 @@ TEST_F(Gds, PolicyVariable) {
 }
 
 TEST_F(Gds, StreamOrderedTransfersFollowTheStream) {
+  cudakit::testing::HangWatchdog watchdog(60, "stream-ordered GDS transfers");
   gds::File f(path("async.bin"), O_CREAT | O_RDWR);
   Stream s;
   const std::int64_t n = 5 * 65536 + 123;
@@ -287,6 +288,7 @@ TEST_F(Gds, StreamOrderedTransfersFollowTheStream) {
 }
 
 TEST_F(Gds, ClosingDuringATransferLetsItFinish) {
+  cudakit::testing::HangWatchdog watchdog(60, "a GDS transfer outliving its file");
   std::string p = path("closing.bin");
   Tensor src = pattern(6 * 65536 + 5, 8);
   Stream s;
@@ -302,10 +304,8 @@ TEST_F(Gds, ClosingDuringATransferLetsItFinish) {
   EXPECT_EQ(file_bytes(p, 3, src.nbytes()), bytes_of(src));
 }
 
-// Transfers on two streams must not wait for each other. On cuda every stream's host tasks
-// (the stream gates of read_into/write_from, keep-alive tasks of copies, users' host
-// functions) share the driver's callback thread: a transfer whose stream is held up behind
-// another transfer's gate must not occupy the engine's threads (engine.cpp, pop()).
+// Transfers on two streams must not wait for each other: a transfer whose stream is held up
+// (here by a slow host function) must not occupy the engine's threads (engine.cpp, pop()).
 TEST_F(Gds, TransfersOnTwoStreamsDoNotWaitForEachOther) {
   cudakit::testing::HangWatchdog watchdog(120, "GDS transfers on two streams");
   gds::File f(path("two_streams.bin"), O_CREAT | O_RDWR);
@@ -316,7 +316,7 @@ TEST_F(Gds, TransfersOnTwoStreamsDoNotWaitForEachOther) {
   // s2: a slow host task, then a write that waits for it.
   s2.launch_host_func([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
   gds::IoRequest w = f.write_from(a, 0, s2);
-  // s1: a read whose stream is free at once; its gate may occupy the callback thread.
+  // s1: a read whose stream is free at once.
   Tensor c = zeros({n}, device_options(DType::uint8));
   synchronize();
   gds::IoRequest r = f.read_into(c, static_cast<std::uint64_t>(n), s1);

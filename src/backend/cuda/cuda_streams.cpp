@@ -40,6 +40,9 @@ void invoke(HostTask* task) noexcept {
 void run_host_task_once(void* user_data) {
   auto* task = static_cast<HostTask*>(user_data);
   invoke(task);
+  // Still the driver's thread: what the task captured (a tensor's storage, a transfer's state)
+  // may be freed here, and that free must be deferred like one inside the task.
+  HostFunctionScope host_function;
   delete task;
 }
 
@@ -85,6 +88,20 @@ void CudaBackend::stream_synchronize(StreamHandle s) {
 void CudaBackend::stream_wait_event(StreamHandle s, EventHandle e) {
   ensure_context(s, "stream_wait_event");
   check(api("stream_wait_event").cuStreamWaitEvent(cu(s), ev(e), 0), "cuStreamWaitEvent");
+}
+
+void CudaBackend::stream_wait_value32(StreamHandle s, const std::uint32_t* word,
+                                      std::uint32_t value) {
+  ensure_context(s, "stream_wait_value32");
+  const EntryPoints& t = api("stream_wait_value32");
+  if (!t.cuStreamWaitValue32) {
+    throw NotSupportedError("stream_wait_value32: this CUDA driver has no cuStreamWaitValue32");
+  }
+  // Pinned host memory is mapped at the same address on the device (unified addressing, as on
+  // every 64-bit Linux system CUDA supports), so the host pointer is the device address.
+  check(t.cuStreamWaitValue32(cu(s), reinterpret_cast<CUdeviceptr>(word), value,
+                              CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue32");
 }
 
 int CudaBackend::stream_priority(StreamHandle s) {

@@ -4,9 +4,10 @@
 // Session: subscribe through the one cudakit subscriber (cupti_subscriber.hpp; another tool
 // holding CUPTI -> a clear reason, nothing enabled), register the buffer callbacks, enable
 // CONCURRENT_KERNEL (keeps kernels concurrent, unlike KIND_KERNEL), MEMCPY, MEMSET,
-// SYNCHRONIZATION, the driver / runtime calls that launch, copy, set or wait (selected per
-// callback id with cuptiActivityEnableDriverApi/RuntimeApi, so cudakit's many small driver
-// queries are not recorded), and MARKER (NVTX, when CUPTI is the NVTX tool). Stream and
+// SYNCHRONIZATION, the driver / runtime calls that launch, copy, set or wait (the DRIVER and
+// RUNTIME kinds, then every other callback id switched off with
+// cuptiActivityEnableDriverApi/RuntimeApi, so cudakit's many small driver queries are not
+// recorded), and MARKER (NVTX, when CUPTI is the NVTX tool). Stream and
 // context creation come from resource callbacks.
 //
 // Records arrive in buffers CUPTI fills and hands back (CUPTI's thread, or the flushing
@@ -122,6 +123,17 @@ const CUpti_CallbackId kRuntimeCalls[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_ptsz_v7000,
 };
 
+bool wanted_driver_call(CUpti_CallbackId id) {
+  for (CUpti_CallbackId w : kDriverCalls)
+    if (w == id) return true;
+  return false;
+}
+bool wanted_runtime_call(CUpti_CallbackId id) {
+  for (CUpti_CallbackId w : kRuntimeCalls)
+    if (w == id) return true;
+  return false;
+}
+
 // CUPTI functions beyond the graph-id ones, resolved from the library cupti.hpp loaded.
 struct Fns {
   decltype(&cuptiGetVersion) get_version = nullptr;
@@ -221,7 +233,6 @@ class Session {
   std::atomic<ActivitySink*> sink_{nullptr};
   std::int64_t offset_ns_ = 0;
   bool subscribed_ = false;
-  bool driver_selective_ = false, runtime_selective_ = false;
   ActivityConfig cfg_;
   std::vector<CUpti_ActivityKind> enabled_;
 
@@ -378,11 +389,7 @@ void Session::convert(const CUpti_Activity* a) noexcept {
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const auto* api = reinterpret_cast<const CUpti_ActivityAPI*>(a);
         const bool runtime = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
-        if (!runtime && !driver_selective_) {  // all driver calls enabled: keep ours only
-          bool wanted = false;
-          for (CUpti_CallbackId id : kDriverCalls) wanted = wanted || id == api->cbid;
-          if (!wanted) return;
-        }
+        if (runtime ? !wanted_runtime_call(api->cbid) : !wanted_driver_call(api->cbid)) return;
         r.kind = runtime ? ActivityKind::runtime_api : ActivityKind::driver_api;
         r.start_ns = ts(api->start);
         r.end_ns = ts(api->end);
@@ -508,18 +515,21 @@ void Session::enable_kinds(const ActivityConfig& cfg, bool on, std::string* erro
     }
     if (cfg.nvtx) kind(CUPTI_ACTIVITY_KIND_MARKER);
   }
-  if (cfg.api) {
-    driver_selective_ = f.enable_driver_api != nullptr;
-    runtime_selective_ = f.enable_runtime_api != nullptr;
-    if (driver_selective_) {
-      for (CUpti_CallbackId id : kDriverCalls) f.enable_driver_api(id, on ? 1 : 0);
-    } else if (on) {
-      kind(CUPTI_ACTIVITY_KIND_DRIVER);  // filtered in convert()
+  if (cfg.api && on) {
+    // Kineto's order: enable the whole kind, then switch off every other callback id.
+    // Enabling single ids without the kind (which cupti_activity.h documents) delivered no
+    // API record on the H200 (CUPTI 13.0, driver 580), 2026-12-01: no
+    // launch -> kernel flows, no cuGraphLaunch, no GPU spans of NVTX ranges. convert() filters
+    // too, so a CUPTI without the per-id switches costs records, not correctness.
+    kind(CUPTI_ACTIVITY_KIND_DRIVER);
+    if (f.enable_driver_api) {
+      for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
+        if (!wanted_driver_call(id)) f.enable_driver_api(id, 0);
     }
-    if (runtime_selective_) {
-      for (CUpti_CallbackId id : kRuntimeCalls) f.enable_runtime_api(id, on ? 1 : 0);
-    } else if (on) {
-      kind(CUPTI_ACTIVITY_KIND_RUNTIME);
+    kind(CUPTI_ACTIVITY_KIND_RUNTIME);
+    if (f.enable_runtime_api) {
+      for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
+        if (!wanted_runtime_call(id)) f.enable_runtime_api(id, 0);
     }
   }
 }
