@@ -9,8 +9,9 @@ several threads and copy streams pipelining read -> H2D and D2H -> write. ``GdsF
 says which path a file uses and ``GdsFile.compat_reason`` why.
 
 Beyond torch: ``GdsFile.read_into(tensor, offset, stream=None)`` and
-``write_from(tensor, offset, stream=None)`` are stream-ordered (they return at once; later
-work on the stream sees the transfer done) and return a :class:`GdsRequest`.
+``write_from(tensor, offset, stream=None)`` are stream-ordered: they start after the work
+already enqueued on ``stream`` and return a :class:`GdsRequest` once the transfer is done (not
+at once yet: the device-side gates tried hung on the H200), so later work sees it.
 
 Buffers: where torch takes a ``Storage``, cudakit takes a contiguous cuda
 :class:`cudakit.Tensor` (its bytes) or any object with ``__dlpack__`` in device memory (a
@@ -165,13 +166,14 @@ class GdsFile:
         self._file.save(_as_tensor(storage, "GdsFile.save_storage", "storage"), offset)
 
     def read_into(self, tensor: Any, offset: int = 0, stream: Any = None) -> GdsRequest:
-        """Stream-ordered load: returns at once; work enqueued on ``stream`` (default: the
-        current stream) afterwards sees the data. ``GdsRequest.wait()`` reports errors."""
+        """Stream-ordered load: starts after the work enqueued on ``stream`` (default: the
+        current stream) and returns once the data is on the device, so work enqueued there
+        afterwards sees it. ``GdsRequest.wait()`` reports errors."""
         return self._file.read_into(_as_tensor(tensor, "GdsFile.read_into", "tensor"), offset,
                                     stream)
 
     def write_from(self, tensor: Any, offset: int = 0, stream: Any = None) -> GdsRequest:
-        """Stream-ordered save of the tensor's contents as of this point in ``stream``; later
-        work on the stream runs after the file holds them."""
+        """Stream-ordered save of the tensor's contents as of this point in ``stream``; returns
+        once the file holds them. ``GdsRequest.wait()`` reports errors."""
         return self._file.write_from(_as_tensor(tensor, "GdsFile.write_from", "tensor"), offset,
                                      stream)

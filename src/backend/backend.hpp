@@ -284,13 +284,6 @@ class Backend {
   virtual bool stream_query(StreamHandle s) = 0;  // true when all work is done
   virtual void stream_synchronize(StreamHandle s) = 0;
   virtual void stream_wait_event(StreamHandle s, EventHandle e) = 0;
-  // Later work in `s` waits, on the device, until the 32-bit word at `word` is >= `value`
-  // (cuStreamWaitValue32, GEQ). `word` lies in memory from host_alloc_pinned; a host thread
-  // sets it. This is how a host thread gates a stream: a host task that blocks instead would
-  // break cuLaunchHostFunc's rule (no waiting for work the stream does not order before it;
-  // every stream's host functions share one driver thread), which hung the H200.
-  virtual void stream_wait_value32(StreamHandle s, const std::uint32_t* word,
-                                   std::uint32_t value) = 0;
   virtual int stream_priority(StreamHandle s) = 0;
   virtual int stream_device(StreamHandle s) = 0;  // device a (possibly foreign) stream is on
   // Process-unique id of a stream, never reused (cuStreamGetId on cuda). The legacy default

@@ -16,7 +16,6 @@
 #include <deque>
 #include <optional>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "cudakit/error.hpp"
@@ -199,8 +198,9 @@ class Engine {
 
   // The first queued chunk whose transfer is ready, in FIFO order. A chunk is started only
   // once the caller's stream reached the transfer, so a worker never blocks on a copy that
-  // waits for the device: such a wait could hang behind another transfer's stream gate
-  // (gate.hpp) while that transfer's chunks sit in the queue behind this one.
+  // waits for the device: such a wait could hang behind another transfer's stream gate (a
+  // host task, which on cuda shares the driver's callback thread with every other host task)
+  // while that transfer's chunks sit in the queue behind this one.
   std::optional<Chunk> pop(bool block) {
     std::unique_lock lock(mu_);
     for (;;) {
@@ -421,7 +421,7 @@ EngineConfig parse_engine_config(const char* threads, const char* chunk, const c
 
 const EngineConfig& engine_config() { return engine().config(); }
 
-std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool gate) {
+std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream) {
   auto state = std::make_shared<IoRequest::State>();
   if (t.bytes == 0) {
     state->finish(0, nullptr);
@@ -432,16 +432,6 @@ std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool gate
   job->t = std::move(t);
   job->state = state;
   job->ready.record(stream);
-  if (gate) {  // after `ready` on the stream: the transfer never waits for its own gate
-    state->gate = acquire_gate_word();
-    try {
-      detail::backend().stream_wait_value32(stream.handle(), state->gate.word,
-                                            state->gate.target);
-    } catch (...) {
-      signal_gate_word(std::exchange(state->gate, GateWord{}));
-      throw;
-    }
-  }
   // Chunk boundaries at multiples of the chunk size in the file, so every chunk but the
   // first starts block-aligned whatever the transfer's offset.
   const std::size_t size = e.config().chunk_bytes;

@@ -90,8 +90,7 @@ struct Transfer {
 // The engine's configuration (created on first call from the environment).
 const EngineConfig& engine_config();
 
-// Enqueues `t` after the work already on `stream` and returns its completion state. With
-// `gate`, later work on `stream` waits (on the device) for the transfer (gate.hpp).
-std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool gate);
+// Enqueues `t` after the work already on `stream` and returns its completion state.
+std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream);
 
 }  // namespace cudakit::gds::io

@@ -316,10 +316,21 @@ std::pair<void*, std::shared_ptr<const void>> tensor_bytes(const Tensor& t, cons
 
 IoRequest run(File::Impl& impl, bool read, void* ptr, std::size_t bytes, std::uint64_t offset,
               const char* what, std::optional<StreamRef> stream,
-              std::shared_ptr<const void> keep, bool gate) {
+              std::shared_ptr<const void> keep, bool ordered) {
   Checked c = check_transfer(impl, read, ptr, bytes, offset, what, stream, std::move(keep));
-  // With `gate`, later work on the stream waits for the whole transfer (gds/gate.hpp).
-  return IoRequest(io::submit(std::move(c.transfer), c.stream, gate));
+  auto state = io::submit(std::move(c.transfer), c.stream);
+  if (ordered) {
+    // Later work on the stream must see the transfer done, so the call returns only then
+    // (the host thread waits; the stream is never blocked). Rejected, both hung on the H200
+    // (driver 580): a host task on the stream that waits for completion, and a device-side
+    // wait on a pinned word (cuStreamWaitValue32). The engine's copies run on its own streams,
+    // which the driver may serialise behind such a gate (a host function must not wait for
+    // work its stream does not order before it; a stream memory wait must not order work
+    // that CUDA cannot see). Keeping the call asynchronous needs the device copies on the
+    // caller's stream itself (docs/architecture.md, "GPUDirect Storage").
+    state->wait_quietly();
+  }
+  return IoRequest(state);
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <mutex>
 
 #include "cudakit/gds.hpp"
-#include "gds/gate.hpp"
 
 namespace cudakit::gds {
 
@@ -17,7 +16,6 @@ struct IoRequest::State {
   bool done = false;
   std::size_t bytes = 0;
   std::exception_ptr error;
-  io::GateWord gate;  // the caller's stream waits for it (stream-ordered transfers)
 
   void finish(std::size_t moved, std::exception_ptr e) {
     {
@@ -26,11 +24,9 @@ struct IoRequest::State {
       error = std::move(e);
       done = true;
     }
-    // After `done`: whoever sees the stream pass the gate also sees the request done.
-    io::signal_gate_word(gate);
     cv.notify_all();
   }
-  // Blocks until finish(); never throws.
+  // Blocks until finish(); never throws (used by stream gates on driver threads).
   void wait_quietly() {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return done; });

@@ -277,7 +277,7 @@ TEST_F(Gds, StreamOrderedTransfersFollowTheStream) {
   gds::IoRequest r = f.read_into(u, 7, s);
   {
     StreamGuard guard(s);
-    v = u + Scalar(3);  // sees the data without waiting on the host
+    v = u + Scalar(3);  // sees the data
   }
   s.sync();
   EXPECT_TRUE(r.done());

@@ -90,20 +90,6 @@ void CudaBackend::stream_wait_event(StreamHandle s, EventHandle e) {
   check(api("stream_wait_event").cuStreamWaitEvent(cu(s), ev(e), 0), "cuStreamWaitEvent");
 }
 
-void CudaBackend::stream_wait_value32(StreamHandle s, const std::uint32_t* word,
-                                      std::uint32_t value) {
-  ensure_context(s, "stream_wait_value32");
-  const EntryPoints& t = api("stream_wait_value32");
-  if (!t.cuStreamWaitValue32) {
-    throw NotSupportedError("stream_wait_value32: this CUDA driver has no cuStreamWaitValue32");
-  }
-  // Pinned host memory is mapped at the same address on the device (unified addressing, as on
-  // every 64-bit Linux system CUDA supports), so the host pointer is the device address.
-  check(t.cuStreamWaitValue32(cu(s), reinterpret_cast<CUdeviceptr>(word), value,
-                              CU_STREAM_WAIT_VALUE_GEQ),
-        "cuStreamWaitValue32");
-}
-
 int CudaBackend::stream_priority(StreamHandle s) {
   ensure_context(s, "stream_priority");
   int p = 0;

@@ -83,7 +83,6 @@ namespace cudakit::detail::cuda {
   X(cuStreamQuery, 2000, 12080, true)                         \
   X(cuStreamSynchronize, 2000, 12080, true)                   \
   X(cuStreamWaitEvent, 3020, 12080, true)                     \
-  X(cuStreamWaitValue32, 11070, 12080, false)                 \
   X(cuStreamGetPriority, 5050, 12080, true)                   \
   X(cuStreamGetDevice, 12080, 12080, false)                   \
   X(cuStreamGetId, 12000, 12080, true)                        \

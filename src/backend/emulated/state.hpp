@@ -260,8 +260,6 @@ class EmulatedBackend final : public Backend {
   int stream_device(StreamHandle s) override;
   std::uint64_t stream_id(StreamHandle s) override;
   void launch_host_task(StreamHandle s, HostTask task) override;
-  void stream_wait_value32(StreamHandle s, const std::uint32_t* word,
-                           std::uint32_t value) override;
   void launch_host_kernel(StreamHandle s, const char* kernel_name, HostTask task) override;
 
   EventHandle event_create(int device, unsigned flags) override;

@@ -19,7 +19,6 @@
 // running later work (so events and waits still complete), and the first failure becomes a
 // sticky CUDA_ERROR_LAUNCH_FAILED reported by every later sync/query of that stream (and
 // once by device_synchronize).
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -358,26 +357,6 @@ void EmulatedBackend::stream_wait_event(StreamHandle h, EventHandle e) {
   }
   if (!es || es.get() == s || reached(*es, seq)) return;  // nothing to wait for
   submit(*s, {}, {Dep{std::move(es), seq}});
-}
-
-// A task that holds the stream until the word reaches the value, as the device would.
-void EmulatedBackend::stream_wait_value32(StreamHandle h, const std::uint32_t* word,
-                                          std::uint32_t value) {
-  Stream* s = resolve(h);
-  if (word == nullptr) fail(errc::invalid_value, "stream_wait_value32: null word");
-  if (s->capturing.load()) {
-    fail(errc::stream_capture_unsupported,
-         "stream_wait_value32: the emulated backend does not capture stream memory waits");
-  }
-  auto* w = const_cast<std::uint32_t*>(word);
-  if (__atomic_load_n(w, __ATOMIC_ACQUIRE) >= value) return;  // nothing to wait for
-  submit(*s, [w, value] {
-    auto pause = std::chrono::microseconds(5);
-    while (__atomic_load_n(w, __ATOMIC_ACQUIRE) < value) {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(500));
-    }
-  });
 }
 
 int EmulatedBackend::stream_priority(StreamHandle h) { return resolve(h)->priority; }
