@@ -32,7 +32,11 @@ Counters& counters() {
 }
 
 struct Image {
-  std::once_flag built;
+  // Not a std::once_flag: a compile error throws out of the build, and libstdc++'s call_once
+  // over pthread_once then leaves the flag taken under ThreadSanitizer (the next call, e.g. a
+  // retry after the error, waited forever in the TSan CI stage).
+  std::mutex build_mu;
+  bool built = false;  // under build_mu
   std::vector<char> bytes;
   std::mutex load_mu;  // one module load per device
   std::array<std::atomic<detail::FunctionHandle>, kMaxDevices> fns{};
@@ -151,7 +155,13 @@ detail::FunctionHandle get_kernel(int device, const KernelRequest& r) {
     counters().memory_hits.fetch_add(1, std::memory_order_relaxed);
     return f;
   }
-  std::call_once(img->built, [&] { build(*img, device, r, key); });
+  {
+    std::lock_guard<std::mutex> lock(img->build_mu);
+    if (!img->built) {
+      build(*img, device, r, key);  // a compile error throws: the next call tries again
+      img->built = true;
+    }
+  }
   std::lock_guard<std::mutex> lock(img->load_mu);
   if (detail::FunctionHandle f = slot.load(std::memory_order_acquire)) return f;
   detail::Backend& b = detail::backend();
