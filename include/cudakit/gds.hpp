@@ -19,10 +19,12 @@
 // Synchronous calls (load/save: torch's load_storage/save_storage) return when every byte has
 // moved, after the work already enqueued on the device's current stream (which may still be
 // writing the tensor). Stream-ordered calls (read_into/write_from) start after the work already
-// enqueued on the given stream and return once the transfer is done (later work on the stream
-// sees it; the stream itself is never blocked); the returned IoRequest reports errors. They
-// do not return at once yet: both device-side gates tried hung on the H200 (file.cpp says
-// why). Stream capture of either is refused (file I/O runs on host threads).
+// enqueued on the given stream, and later work there sees them: write_from (compat path)
+// copies the bytes into pinned staging on that stream and returns at once; read_into, and
+// both on the GDS path, return once the transfer is done (the stream itself is never blocked:
+// the device-side gates tried hung on the H200, file.cpp says why). The returned IoRequest
+// reports completion and errors. Stream capture of either is refused (file I/O runs on host
+// threads).
 //
 // Thread-safety: File methods may be called from several threads at once; a transfer
 // started before deregister_handle/close completes on the registration it started with.
@@ -102,9 +104,9 @@ class File {
   void load(const Tensor& tensor, std::uint64_t offset = 0);
   void save(const Tensor& tensor, std::uint64_t offset = 0);
 
-  // Stream-ordered (default: the current stream of the tensor's device): after the work
-  // enqueued there, returning once done. The argument errors above are raised here, before
-  // anything is enqueued.
+  // Stream-ordered (default: the current stream of the tensor's device); see the top of this
+  // file for when each returns. The argument errors above are raised here, before anything
+  // is enqueued.
   IoRequest read_into(const Tensor& tensor, std::uint64_t offset = 0,
                       std::optional<StreamRef> stream = std::nullopt);
   IoRequest write_from(const Tensor& tensor, std::uint64_t offset = 0,

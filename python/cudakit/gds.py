@@ -9,9 +9,10 @@ several threads and copy streams pipelining read -> H2D and D2H -> write. ``GdsF
 says which path a file uses and ``GdsFile.compat_reason`` why.
 
 Beyond torch: ``GdsFile.read_into(tensor, offset, stream=None)`` and
-``write_from(tensor, offset, stream=None)`` are stream-ordered: they start after the work
-already enqueued on ``stream`` and return a :class:`GdsRequest` once the transfer is done (not
-at once yet: the device-side gates tried hung on the H200), so later work sees it.
+``write_from(tensor, offset, stream=None)`` are stream-ordered and return a
+:class:`GdsRequest`. ``write_from`` copies the bytes into pinned staging on ``stream`` and
+returns at once (compat path); ``read_into`` returns once the data is on the device (the
+device-side waits tried for an asynchronous read hung on the H200).
 
 Buffers: where torch takes a ``Storage``, cudakit takes a contiguous cuda
 :class:`cudakit.Tensor` (its bytes) or any object with ``__dlpack__`` in device memory (a
@@ -173,7 +174,8 @@ class GdsFile:
                                     stream)
 
     def write_from(self, tensor: Any, offset: int = 0, stream: Any = None) -> GdsRequest:
-        """Stream-ordered save of the tensor's contents as of this point in ``stream``; returns
-        once the file holds them. ``GdsRequest.wait()`` reports errors."""
+        """Stream-ordered save of the tensor's contents as of this point in ``stream``: the bytes
+        are copied into pinned staging on ``stream`` and the call returns at once (on the GDS
+        path, once the file holds them). ``GdsRequest.wait()`` waits and reports errors."""
         return self._file.write_from(_as_tensor(tensor, "GdsFile.write_from", "tensor"), offset,
                                      stream)

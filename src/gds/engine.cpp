@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cudakit/allocation.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::gds::io {
@@ -50,6 +51,8 @@ struct Chunk {
   std::shared_ptr<Job> job;
   std::uint64_t file_offset = 0;
   std::size_t bytes = 0;
+  // A staged write's bytes, copied there on the caller's stream before `ready` (submit()).
+  std::shared_ptr<Allocation> staging;
   char* device_ptr() const {
     return job->t.device_ptr + (file_offset - job->t.file_offset);
   }
@@ -249,7 +252,7 @@ class Engine {
     const Transfer& t = f.chunk.job->t;
     Slot& s = w.slots[f.slot];
     auto& be = detail::backend();
-    if (t.gds) return;  // the GDS path does all its work in finish()
+    if (t.gds || f.chunk.staging) return;  // all their work is in finish()
     prepare(w, s, t.device);
     detail::StreamHandle stream = w.streams[t.device];
     if (t.read) {
@@ -268,6 +271,13 @@ class Engine {
   void finish(Worker& w, InFlight& f) {
     const Transfer& t = f.chunk.job->t;
     auto& be = detail::backend();
+    if (f.chunk.staging) {  // its copy finished before `ready`, which pop() waited for
+      char* p = static_cast<char*>(f.chunk.staging->get());
+      write_chunk(*t.files, config_.direct, p, reinterpret_cast<std::uintptr_t>(p) % kBlock == 0,
+                  f.chunk.file_offset, f.chunk.bytes);
+      f.chunk.staging.reset();
+      return;
+    }
     if (t.gds) {
       // Not Event::sync(): this is no synchronizing call of the user's (sync-debug mode).
       if (f.chunk.job->ready.is_created()) be.event_synchronize(f.chunk.job->ready.handle());
@@ -421,7 +431,7 @@ EngineConfig parse_engine_config(const char* threads, const char* chunk, const c
 
 const EngineConfig& engine_config() { return engine().config(); }
 
-std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream) {
+std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool stage) {
   auto state = std::make_shared<IoRequest::State>();
   if (t.bytes == 0) {
     state->finish(0, nullptr);
@@ -431,7 +441,6 @@ std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream) {
   auto job = std::make_shared<Job>();
   job->t = std::move(t);
   job->state = state;
-  job->ready.record(stream);
   // Chunk boundaries at multiples of the chunk size in the file, so every chunk but the
   // first starts block-aligned whatever the transfer's offset.
   const std::size_t size = e.config().chunk_bytes;
@@ -439,9 +448,29 @@ std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream) {
   const std::uint64_t end = job->t.file_offset + job->t.bytes;
   for (std::uint64_t at = job->t.file_offset; at < end;) {
     std::uint64_t next = std::min<std::uint64_t>(end, (at / size + 1) * size);
-    chunks.push_back(Chunk{job, at, static_cast<std::size_t>(next - at)});
+    chunks.push_back(Chunk{job, at, static_cast<std::size_t>(next - at), nullptr});
     at = next;
   }
+  if (stage && !job->t.read && !job->t.gds) {
+    // Every staging buffer first (an out-of-memory error then leaves nothing enqueued), then
+    // the copies on the caller's stream: later work there cannot overtake them.
+    for (Chunk& c : chunks) {
+      c.staging = std::make_shared<Allocation>(allocate_host(c.bytes, /*pinned=*/true));
+    }
+    auto& be = detail::backend();
+    try {
+      for (const Chunk& c : chunks) {
+        be.memcpy_async(c.staging->get(), c.device_ptr(), c.bytes, stream.handle());
+      }
+    } catch (...) {
+      try {  // copies already enqueued must finish before their buffers go back to the cache
+        be.stream_synchronize(stream.handle());
+      } catch (...) {
+      }
+      throw;
+    }
+  }
+  job->ready.record(stream);  // after the staging copies, when there are any
   job->remaining.store(chunks.size(), std::memory_order_release);
   e.push(std::move(chunks));
   return state;

@@ -318,18 +318,16 @@ IoRequest run(File::Impl& impl, bool read, void* ptr, std::size_t bytes, std::ui
               const char* what, std::optional<StreamRef> stream,
               std::shared_ptr<const void> keep, bool ordered) {
   Checked c = check_transfer(impl, read, ptr, bytes, offset, what, stream, std::move(keep));
-  auto state = io::submit(std::move(c.transfer), c.stream);
-  if (ordered) {
-    // Later work on the stream must see the transfer done, so the call returns only then
-    // (the host thread waits; the stream is never blocked). Rejected, both hung on the H200
-    // (driver 580): a host task on the stream that waits for completion, and a device-side
-    // wait on a pinned word (cuStreamWaitValue32). The engine's copies run on its own streams,
-    // which the driver may serialise behind such a gate (a host function must not wait for
-    // work its stream does not order before it; a stream memory wait must not order work
-    // that CUDA cannot see). Keeping the call asynchronous needs the device copies on the
-    // caller's stream itself (docs/architecture.md, "GPUDirect Storage").
-    state->wait_quietly();
-  }
+  // A stream-ordered write on the compat path stages its bytes on the caller's stream
+  // (engine.hpp) and returns at once. Other stream-ordered transfers return once done, so
+  // later work on the stream sees them; the stream itself is never blocked. Rejected, both
+  // hung on the H200 (driver 580): a host task on the stream that waits for completion, and a
+  // device-side wait on a pinned word (cuStreamWaitValue32). Both gated the stream on copies
+  // that run on the engine's own streams, an order CUDA cannot see, and the driver serialised
+  // those copies behind the gate (docs/architecture.md, "GPUDirect Storage").
+  const bool staged_write = ordered && !read && !c.transfer.gds;
+  auto state = io::submit(std::move(c.transfer), c.stream, staged_write);
+  if (ordered && !staged_write) state->wait_quietly();
   return IoRequest(state);
 }
 

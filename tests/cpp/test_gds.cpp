@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstdlib>
@@ -285,6 +286,40 @@ TEST_F(Gds, StreamOrderedTransfersFollowTheStream) {
   EXPECT_EQ(bytes_of(v), std::vector<std::uint8_t>(static_cast<std::size_t>(n), 4));
   // Argument errors are raised at the call.
   EXPECT_THROW(f.read_into(u, f.size(), s), ValueError);
+}
+
+// A stream-ordered write on the compat path stages its bytes on the stream and returns before
+// the stream gets there; a stream-ordered read returns with the data on its way in stream
+// order.
+TEST_F(Gds, StreamOrderedWriteReturnsAtOnceAndReadOnceDone) {
+  cudakit::testing::HangWatchdog watchdog(60, "a staged GDS write");
+  gds::File f(path("staged.bin"), O_CREAT | O_RDWR);
+  Tensor t = pattern(3 * 65536 + 7, 9);
+  synchronize();
+  Stream s;
+  auto open = std::make_shared<std::atomic<bool>>(false);
+  s.launch_host_func([open] {
+    while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::thread opener([open] {  // a write_from that blocked would still return, late
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    open->store(true);
+  });
+  gds::IoRequest w = f.write_from(t, 0, s);
+  const bool returned_before_the_stream_got_there = !open->load();
+  if (f.io_path() == gds::IoPath::compat) {  // the GDS path returns once done
+    EXPECT_TRUE(returned_before_the_stream_got_there);
+    EXPECT_FALSE(w.done());
+  }
+  EXPECT_EQ(w.wait(), t.nbytes());
+  opener.join();
+  EXPECT_EQ(file_bytes(f.path(), 0, t.nbytes()), bytes_of(t));
+  Tensor u = zeros({t.numel()}, device_options(DType::uint8));
+  synchronize();
+  gds::IoRequest r = f.read_into(u, 0, s);
+  EXPECT_TRUE(r.done());
+  s.sync();
+  EXPECT_EQ(bytes_of(u), bytes_of(t));
 }
 
 TEST_F(Gds, ClosingDuringATransferLetsItFinish) {
