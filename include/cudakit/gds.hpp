@@ -20,9 +20,10 @@
 // moved, after the work already enqueued on the device's current stream (which may still be
 // writing the tensor). Stream-ordered calls (read_into/write_from) start after the work already
 // enqueued on the given stream, and later work there sees them: write_from (compat path)
-// copies the bytes into pinned staging on that stream and returns at once; read_into, and
-// both on the GDS path, return once the transfer is done (the stream itself is never blocked:
-// the device-side gates tried hung on the H200, file.cpp says why). The returned IoRequest
+// copies the bytes into pinned staging on that stream and returns at once (as much pinned
+// memory as the transfer, from the pinned cache, each chunk given back once written);
+// read_into, and both on the GDS path, return once the transfer is done (the stream itself is
+// never blocked: the device-side gates tried hung on the H200, file.cpp says why). The returned IoRequest
 // reports completion and errors. Stream capture of either is refused (file I/O runs on host
 // threads).
 //

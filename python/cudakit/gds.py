@@ -11,8 +11,9 @@ says which path a file uses and ``GdsFile.compat_reason`` why.
 Beyond torch: ``GdsFile.read_into(tensor, offset, stream=None)`` and
 ``write_from(tensor, offset, stream=None)`` are stream-ordered and return a
 :class:`GdsRequest`. ``write_from`` copies the bytes into pinned staging on ``stream`` and
-returns at once (compat path); ``read_into`` returns once the data is on the device (the
-device-side waits tried for an asynchronous read hung on the H200).
+returns at once (compat path; the staging is as large as the transfer, taken from the pinned
+cache and given back chunk by chunk as it is written); ``read_into`` returns once the data is
+on the device (the device-side waits tried for an asynchronous read hung on the H200).
 
 Buffers: where torch takes a ``Storage``, cudakit takes a contiguous cuda
 :class:`cudakit.Tensor` (its bytes) or any object with ``__dlpack__`` in device memory (a
