@@ -363,7 +363,8 @@ def test_file_rendezvous_between_processes(worker, tmp_path):
     procs = [subprocess.Popen([sys.executable, worker, "file", str(idfile)], env=child_env(RANK=r, WORLD_SIZE=2),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    # the ranks' whole output (a list's repr would be cut short)
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(f"--- rank {r}:\n{o}" for r, o in enumerate(outs))
     assert not idfile.exists()
 
 

@@ -126,7 +126,9 @@ const char* task_name(CommKind k) {  // string literals: graph nodes keep the po
 // ---------------------------------------------------------------- the shared segment
 
 struct alignas(64) RankSlot {
-  std::atomic<std::uint32_t> present;   // 0 not joined, 1 member, 2 left (communicator gone)
+  // 0 not joined, 3 joining (claimed, pid/start not written yet), 1 member, 2 left
+  // (communicator gone). Peers judge a member by pid/start, so those are written before 1.
+  std::atomic<std::uint32_t> present;
   std::atomic<std::uint32_t> doorbell;  // bumped when something this rank may wait for moved
   std::int32_t pid;
   std::int32_t device;
@@ -595,15 +597,18 @@ void EmulatedComm::join_named(const std::string& name) {
     base = MAP_FAILED;  // owned by seg_ now
     RankSlot& me = seg_->slot(rank_);
     std::uint32_t expected = 0;
-    if (!me.present.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    if (!me.present.compare_exchange_strong(expected, 3, std::memory_order_acq_rel)) {
       const int pid = me.pid;
       seg_.reset();  // do not mark the other holder of this rank as gone
       raise(res::invalid_usage, "rank " + std::to_string(rank_) + " joined twice (first by pid " +
                                     std::to_string(pid) + "): every rank needs its own number");
     }
+    // Published with present = 1 only once written: a peer that read present == 1 before
+    // `start` was set took this live rank for one that had exited (seen once in CI, 2 cores).
     me.pid = ::getpid();
     me.device = device_;
     me.start = process_start(me.pid);
+    me.present.store(1, std::memory_order_release);
     joined_.store(true, std::memory_order_release);
     Header& h = seg_->h();
     h.joined.fetch_add(1, std::memory_order_acq_rel);
