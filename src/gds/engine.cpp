@@ -451,7 +451,7 @@ std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool stag
     chunks.push_back(Chunk{job, at, static_cast<std::size_t>(next - at), nullptr});
     at = next;
   }
-  if (stage && !job->t.read && !job->t.gds) {
+  if (stage) {
     // Every staging buffer first (an out-of-memory error then leaves nothing enqueued), then
     // the copies on the caller's stream: later work there cannot overtake them.
     for (Chunk& c : chunks) {

@@ -91,7 +91,7 @@ struct Transfer {
 const EngineConfig& engine_config();
 
 // Enqueues `t` after the work already on `stream` and returns its completion state.
-// `stage` (compat-path writes): the bytes are copied on `stream` into pinned staging buffers
+// `stage` (only for writes on the compat path): the bytes are copied on `stream` into pinned staging buffers
 // at the call, so later work on the stream may change the tensor at once; the engine's
 // threads then only write the file. Nothing on the device ever waits for the host.
 std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool stage);

@@ -32,13 +32,12 @@ Counters& counters() {
 }
 
 struct Image {
-  // Not a std::once_flag: a compile error throws out of the build, and libstdc++'s call_once
-  // over pthread_once then leaves the flag taken under ThreadSanitizer (the next call, e.g. a
-  // retry after the error, waited forever in the TSan CI stage).
-  std::mutex build_mu;
-  bool built = false;  // under build_mu
+  // One mutex for the build and the per-device loads, not a std::once_flag for the build: a
+  // compile error throws out of it, and libstdc++'s call_once over pthread_once then leaves
+  // the flag taken under ThreadSanitizer (the retry waited forever in the TSan CI stage).
+  std::mutex mu;
+  bool built = false;  // under mu
   std::vector<char> bytes;
-  std::mutex load_mu;  // one module load per device
   std::array<std::atomic<detail::FunctionHandle>, kMaxDevices> fns{};
 };
 
@@ -155,15 +154,12 @@ detail::FunctionHandle get_kernel(int device, const KernelRequest& r) {
     counters().memory_hits.fetch_add(1, std::memory_order_relaxed);
     return f;
   }
-  {
-    std::lock_guard<std::mutex> lock(img->build_mu);
-    if (!img->built) {
-      build(*img, device, r, key);  // a compile error throws: the next call tries again
-      img->built = true;
-    }
-  }
-  std::lock_guard<std::mutex> lock(img->load_mu);
+  std::lock_guard<std::mutex> lock(img->mu);
   if (detail::FunctionHandle f = slot.load(std::memory_order_acquire)) return f;
+  if (!img->built) {
+    build(*img, device, r, key);  // a compile error throws: the next call tries again
+    img->built = true;
+  }
   detail::Backend& b = detail::backend();
   detail::ModuleHandle m = b.load_runtime_module(device, img->bytes.data(), img->bytes.size());
   detail::FunctionHandle f = b.module_get_function(m, r.symbol.c_str());

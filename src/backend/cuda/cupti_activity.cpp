@@ -28,10 +28,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -123,15 +125,8 @@ const CUpti_CallbackId kRuntimeCalls[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_ptsz_v7000,
 };
 
-bool wanted_driver_call(CUpti_CallbackId id) {
-  for (CUpti_CallbackId w : kDriverCalls)
-    if (w == id) return true;
-  return false;
-}
-bool wanted_runtime_call(CUpti_CallbackId id) {
-  for (CUpti_CallbackId w : kRuntimeCalls)
-    if (w == id) return true;
-  return false;
+bool listed(std::span<const CUpti_CallbackId> ids, CUpti_CallbackId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
 // CUPTI functions beyond the graph-id ones, resolved from the library cupti.hpp loaded.
@@ -389,7 +384,8 @@ void Session::convert(const CUpti_Activity* a) noexcept {
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const auto* api = reinterpret_cast<const CUpti_ActivityAPI*>(a);
         const bool runtime = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
-        if (runtime ? !wanted_runtime_call(api->cbid) : !wanted_driver_call(api->cbid)) return;
+        using Ids = std::span<const CUpti_CallbackId>;
+        if (!listed(runtime ? Ids(kRuntimeCalls) : Ids(kDriverCalls), api->cbid)) return;
         r.kind = runtime ? ActivityKind::runtime_api : ActivityKind::driver_api;
         r.start_ns = ts(api->start);
         r.end_ns = ts(api->end);
@@ -521,16 +517,17 @@ void Session::enable_kinds(const ActivityConfig& cfg, bool on, std::string* erro
     // API record on the H200 (CUPTI 13.0, driver 580), 2026-12-01: no
     // launch -> kernel flows, no cuGraphLaunch, no GPU spans of NVTX ranges. convert() filters
     // too, so a CUPTI without the per-id switches costs records, not correctness.
-    kind(CUPTI_ACTIVITY_KIND_DRIVER);
-    if (f.enable_driver_api) {
-      for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
-        if (!wanted_driver_call(id)) f.enable_driver_api(id, 0);
-    }
-    kind(CUPTI_ACTIVITY_KIND_RUNTIME);
-    if (f.enable_runtime_api) {
-      for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
-        if (!wanted_runtime_call(id)) f.enable_runtime_api(id, 0);
-    }
+    auto keep_only = [&](CUpti_ActivityKind k, auto* per_id, CUpti_CallbackId size,
+                         std::span<const CUpti_CallbackId> wanted) {
+      kind(k);
+      if (!per_id) return;
+      for (CUpti_CallbackId id = 1; id < size; ++id)
+        if (!listed(wanted, id)) per_id(id, 0);
+    };
+    keep_only(CUPTI_ACTIVITY_KIND_DRIVER, f.enable_driver_api, CUPTI_DRIVER_TRACE_CBID_SIZE,
+              kDriverCalls);
+    keep_only(CUPTI_ACTIVITY_KIND_RUNTIME, f.enable_runtime_api, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+              kRuntimeCalls);
   }
 }
 
