@@ -325,20 +325,24 @@ void CUPTIAPI Session::buffer_completed(CUcontext ctx, std::uint32_t stream_id,
 void Session::convert(const CUpti_Activity* a) noexcept {
   try {
     ActivityRecord r;
+    // The fields that kernel, copy and memset records carry alike.
+    auto device_work = [&](const auto& m, ActivityKind kind) {
+      learn_context(m.contextId, m.deviceId);
+      r.kind = kind;
+      r.start_ns = ts(m.start);
+      r.end_ns = ts(m.end);
+      r.id = m.graphNodeId;
+      r.graph_id = m.graphId;
+      r.correlation = m.correlationId;
+      r.stream = m.streamId;
+      r.device = static_cast<std::int16_t>(m.deviceId);
+    };
     switch (a->kind) {
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(a);
-        learn_context(k->contextId, k->deviceId);
-        r.kind = ActivityKind::kernel;
-        r.start_ns = ts(k->start);
-        r.end_ns = ts(k->end);
+        device_work(*k, ActivityKind::kernel);
         r.name = intern(k->name);
-        r.id = k->graphNodeId;
-        r.graph_id = k->graphId;
-        r.correlation = k->correlationId;
-        r.stream = k->streamId;
-        r.device = static_cast<std::int16_t>(k->deviceId);
         r.u.kernel = ActivityRecord::Kernel{
             {static_cast<std::uint32_t>(k->gridX), static_cast<std::uint32_t>(k->gridY),
              static_cast<std::uint32_t>(k->gridZ)},
@@ -350,32 +354,16 @@ void Session::convert(const CUpti_Activity* a) noexcept {
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(a);
-        learn_context(m->contextId, m->deviceId);
-        r.kind = ActivityKind::memcpy;
-        r.start_ns = ts(m->start);
-        r.end_ns = ts(m->end);
-        r.id = m->graphNodeId;
-        r.graph_id = m->graphId;
+        device_work(*m, ActivityKind::memcpy);
         r.value = m->bytes;
-        r.correlation = m->correlationId;
-        r.stream = m->streamId;
-        r.device = static_cast<std::int16_t>(m->deviceId);
         r.detail = m->copyKind;
         r.u.copy = ActivityRecord::Copy{m->srcKind, m->dstKind};
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(a);
-        learn_context(m->contextId, m->deviceId);
-        r.kind = ActivityKind::memset;
-        r.start_ns = ts(m->start);
-        r.end_ns = ts(m->end);
-        r.id = m->graphNodeId;
-        r.graph_id = m->graphId;
+        device_work(*m, ActivityKind::memset);
         r.value = m->bytes;
-        r.correlation = m->correlationId;
-        r.stream = m->streamId;
-        r.device = static_cast<std::int16_t>(m->deviceId);
         const auto kind = static_cast<std::uint8_t>(m->memoryKind);
         r.u.copy = ActivityRecord::Copy{kind, kind};
         break;
