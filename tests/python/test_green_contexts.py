@@ -125,6 +125,9 @@ def test_sm_scaling_of_a_bf16_gemm(ck):
     n = 8192
     a = ck.ones(n, n, dtype=ck.bfloat16, device="cuda")
     b = ck.ones(n, n, dtype=ck.bfloat16, device="cuda")
+    # a and b are written on the current stream and read on others: wait for them (the
+    # stream sanitizer, which the python.pytest.sanitizer suite turns on, reports the race)
+    ck.synchronize()
 
     def gemm_ms(stream):
         with ck.stream(stream):
