@@ -106,7 +106,8 @@ bool read_file(const std::string& filename = "");
 bool write_file(const std::string& filename = "");
 // Writes the results for torch.cuda.tunable.read_file: torch accepts only its own validator
 // set, so the file carries "Validator,PT_VERSION,<torch_version>" (the reading torch's
-// torch.__version__) and only results whose solutions torch can build (Default and cuBLASLt
+// torch.__version__, cut to "major.minor.patch" as torch writes it: "2.11.0+cu130" gives
+// "2.11.0") and only results whose solutions torch can build (Default and cuBLASLt
 // configurations). cudakit reads such a file too. false (and a warning) when it cannot write.
 bool write_file_for_torch(const std::string& filename, const std::string& torch_version);
 // Results are appended to the results file as they are found; this also rewrites the whole

@@ -194,7 +194,8 @@ def write_file(filename: Optional[str] = None, torch_version: Optional[str] = No
     """Writes every result to ``filename`` (default: ``get_filename()``).
 
     With ``torch_version`` (the ``torch.__version__`` of the torch that will read it), the file
-    carries torch's validator instead of cudakit's and only the results torch can run, so
+    carries torch's validator instead of cudakit's (``PT_VERSION``, cut to major.minor.patch as
+    torch writes it: "2.11.0+cu130" gives "2.11.0") and only the results torch can run, so
     ``torch.cuda.tunable.read_file`` accepts it. Returns False (with a warning) when the file
     cannot be written.
     """

@@ -263,7 +263,7 @@ bool ResultsStore::write_file(const std::string& filename) {
 }
 
 bool ResultsStore::write_file_for_torch(const std::string& filename, const std::string& pt_version) {
-  ValidatorMap v{{kTorchVersionKey, sanitize_field(pt_version)}};
+  ValidatorMap v{{kTorchVersionKey, sanitize_field(torch_validator_version(pt_version))}};
   ResultsMap r;
   std::size_t skipped = 0;
   {

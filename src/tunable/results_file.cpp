@@ -1,3 +1,4 @@
+#include <cctype>
 #include "tunable/results_file.hpp"
 
 #include <cerrno>
@@ -142,6 +143,21 @@ std::string sanitize_field(std::string value) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   return value;
+}
+
+std::string torch_validator_version(const std::string& torch_version) {
+  std::size_t end = 0;
+  for (int part = 0; part < 3; ++part) {
+    const std::size_t digits = end;
+    while (end < torch_version.size() && std::isdigit(static_cast<unsigned char>(torch_version[end])))
+      ++end;
+    if (end == digits) return torch_version;  // not "N.N.N...": kept as given
+    if (part < 2) {
+      if (end == torch_version.size() || torch_version[end] != '.') return torch_version;
+      ++end;
+    }
+  }
+  return torch_version.substr(0, end);
 }
 
 }  // namespace cudakit::tunable::detail

@@ -51,5 +51,10 @@ std::string format_result(const std::string& op, const std::string& params, cons
 std::string format_results(const ValidatorMap& validators, const ResultsMap& results);
 // A validator value made safe for the format (commas and line breaks replaced).
 std::string sanitize_field(std::string value);
+// torch's PT_VERSION validator for a torch.__version__: torch writes and checks its C++
+// TORCH_VERSION, which is "major.minor.patch" only, so "2.11.0+cu130" or "2.11.0a0+git1234"
+// become "2.11.0" (torch 2.11 on the H200 rejected a file that carried "+cu130"). A value
+// that does not start with three numbers is kept as given.
+std::string torch_validator_version(const std::string& torch_version);
 
 }  // namespace cudakit::tunable::detail

@@ -15,9 +15,11 @@
 //      kProbeIterations times between two events. All candidates are queued back to back and
 //      synchronised once, so probing costs the GPU time of the runs and no host round trip per
 //      candidate.
-//   4. Finals: the candidates within kFinalistRatio of the best probe (at most kFinalists) are
-//      timed for torch's budget each (get_max_tuning_duration / iterations, warm-up settings),
-//      in interleaved rounds so clock drift favours none of them. The lowest average wins.
+//   4. Finals: Default, and the candidates within kFinalistRatio of the best probe (at most
+//      kFinalists in all) are timed for torch's budget each (get_max_tuning_duration /
+//      iterations, warm-up settings), in interleaved rounds so clock drift favours none of
+//      them. The lowest average wins, but replaces Default only when it is faster by more
+//      than kDefaultMargin (so a tuned GEMM is never slower than the untuned one by noise).
 // Torch times every candidate for the full budget; with kFinalists = 4 the budget is spent on
 // four candidates whatever their number, which is what lets cudakit try every cuBLASLt
 // heuristic answer and split-K variants in no more time than torch spends on nine.
@@ -37,6 +39,7 @@ namespace cudakit::tunable::detail {
 inline constexpr int kProbeIterations = 2;
 inline constexpr int kFinalists = 4;
 inline constexpr double kFinalistRatio = 1.25;
+inline constexpr double kDefaultMargin = 0.01;
 
 struct TuneOutcome {
   cudakit::detail::GemmPlanPtr plan;

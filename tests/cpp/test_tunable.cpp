@@ -149,6 +149,17 @@ TEST(TunableFile, MalformedLinesNameFileAndLine) {
   }
 }
 
+TEST(TunableFile, TorchValidatorVersionIsMajorMinorPatch) {
+  // torch checks PT_VERSION against its C++ TORCH_VERSION ("2.11.0"), not torch.__version__.
+  EXPECT_EQ(td::torch_validator_version("2.11.0+cu130"), "2.11.0");
+  EXPECT_EQ(td::torch_validator_version("2.12.0a0+git1a2b3c"), "2.12.0");
+  EXPECT_EQ(td::torch_validator_version("2.11.0"), "2.11.0");
+  EXPECT_EQ(td::torch_validator_version("10.2.33.post1"), "10.2.33");
+  EXPECT_EQ(td::torch_validator_version("nightly"), "nightly");
+  EXPECT_EQ(td::torch_validator_version("2.11"), "2.11");
+  EXPECT_EQ(td::torch_validator_version("2.x.0"), "2.x.0");
+}
+
 TEST(TunableFile, ValidatorRules) {
   const td::ValidatorMap ours{{"CUDAKIT_VERSION", "0.1.0"}, {"CUBLASLT_VERSION", "13.1.0"}};
   EXPECT_FALSE(td::validators_mismatch(ours, ours));
@@ -677,7 +688,7 @@ TEST_F(TunableTest, TorchFilesReadAndTorchFlavouredFilesWritten) {
   st.add("GemmTunableOp_Half_NN", "nn_8_8_8_ld_8_8_8", td::ResultEntry{"Test_Local", 0.001});
   ASSERT_TRUE(tunable::write_file_for_torch((dir_ / "for_torch.csv").string(), "2.11.0+cu130"));
   const std::string text = slurp(dir_ / "for_torch.csv");
-  EXPECT_EQ(text.rfind("Validator,PT_VERSION,2.11.0+cu130\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("Validator,PT_VERSION,2.11.0\n", 0), 0u) << text;
   EXPECT_EQ(count_lines_starting(text, "Validator,"), 1);
   EXPECT_EQ(count_lines_starting(text, "GemmTunableOp_"), 2);  // the local solution is left out
   EXPECT_NE(warnings().find("torch cannot build"), std::string::npos);
