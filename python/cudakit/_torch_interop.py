@@ -207,6 +207,13 @@ def empty_cache_c() -> None:
     _C._mem_empty_cache()
 
 
+def allocator_initialized() -> bool:
+    """torch._C._accelerator_isAllocatorInitialized: torch.accelerator.memory_stats returns {}
+    when it is False, and torch asks its own (never used) caching allocator, which is still
+    uninitialised while cudakit serves torch's memory (torch 2.11 on the H200: 0 bytes)."""
+    return True
+
+
 def snapshot_torch(pool: Any = None) -> dict[str, Any]:
     """torch._C._cuda_memorySnapshot: ``pool`` is None, torch's (a, b) or (a, b,
     include_traces); (0, 0) means every pool. Pool ids come back in torch's space."""
@@ -406,6 +413,7 @@ _C_REPLACEMENTS = {
     "_cuda_record_memory_history_legacy": record_history_legacy,
     "_cuda_getMemoryFraction": get_memory_fraction,
     # torch.accelerator.memory_* (torch >= 2.9) read the device allocator through these
+    "_accelerator_isAllocatorInitialized": allocator_initialized,
     "_accelerator_getDeviceStats": memory_stats_nested,
     "_accelerator_resetPeakStats": reset_peak,
     "_accelerator_resetAccumulatedStats": reset_accumulated,

@@ -54,6 +54,8 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
     C._cuda_record_memory_history_legacy = _unsupported("recordHistory")
     C._cuda_getMemoryFraction = _unsupported("getMemoryFraction")
     C._accelerator_getDeviceStats = _unsupported("getDeviceStats")
+    # torch 2.11 asks its own caching allocator, which stays uninitialised under a plug-in
+    C._accelerator_isAllocatorInitialized = lambda: False
     torch.settings_calls = []
     C._cuda_cudaCachingAllocator_set_allocator_settings = torch.settings_calls.append
     torch.empty_cache_calls = []
@@ -108,7 +110,8 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
 C_NAMES = ("_cuda_memoryStats", "_cuda_resetAccumulatedMemoryStats", "_cuda_resetPeakMemoryStats",
            "_cuda_memorySnapshot", "_cuda_record_memory_history",
            "_cuda_record_memory_history_legacy", "_cuda_getMemoryFraction", "_cuda_emptyCache",
-           "_cuda_cudaCachingAllocator_set_allocator_settings", "_accelerator_getDeviceStats")
+           "_cuda_cudaCachingAllocator_set_allocator_settings", "_accelerator_getDeviceStats",
+           "_accelerator_isAllocatorInitialized")
 
 _MEMORY_EXPORTS = ("memory_stats", "memory_stats_as_nested_dict", "memory_allocated",
                    "max_memory_allocated", "memory_reserved", "max_memory_reserved",

@@ -117,6 +117,7 @@ def test_torch_memory_api_answers_from_cudakit(interop, torch, caplog):
         assert "framework" in nested  # cudakit's extra breakdown rides along
         assert "allocated_bytes" in torch.cuda.memory_summary()
         assert torch._C._accelerator_getDeviceStats(0) == nested  # torch.accelerator.memory_*
+        assert torch._C._accelerator_isAllocatorInitialized() is True
         torch.cuda.reset_peak_memory_stats()
         assert torch.cuda.max_memory_allocated() == interop.memory_allocated()
         torch.cuda.reset_accumulated_memory_stats()
