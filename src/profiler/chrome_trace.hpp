@@ -7,10 +7,11 @@
 //
 // One emitter walks the trace and feeds either the JSON writer (export) or the TraceEvent
 // builder (Trace::events()), so the in-memory list and the file always agree. The JSON
-// writer formats numbers with std::to_chars into a 1 MB buffer flushed to the file: no
-// per-event allocation and no JSON library on the export path (nlohmann::json would build a
-// DOM of every event first: an allocation per value; not used). docs/performance.md has the
-// measurements of the choices made here.
+// writer formats numbers with std::to_chars in place into a 1 MB buffer flushed to the file:
+// no per-event allocation and no JSON library on the export path (nlohmann::json would build a
+// DOM of every event first: an allocation per value; not used). What repeats from event to
+// event (an event's head up to "ts", a kernel shape's args) is formatted once and copied.
+// docs/performance.md has the measurements of the choices made here.
 #pragma once
 
 #include <cstdio>
