@@ -16,13 +16,16 @@
 //      synchronised once, so probing costs the GPU time of the runs and no host round trip per
 //      candidate.
 //   4. Finals: Default, and the candidates within kFinalistRatio of the best probe (at most
-//      kFinalists in all) are timed for torch's budget each (get_max_tuning_duration /
-//      iterations, warm-up settings), in interleaved rounds so clock drift favours none of
-//      them. The lowest average wins, but replaces Default only when it is faster by more
-//      than kDefaultMargin (so a tuned GEMM is never slower than the untuned one by noise).
-// Torch times every candidate for the full budget; with kFinalists = 4 the budget is spent on
-// four candidates whatever their number, which is what lets cudakit try every cuBLASLt
-// heuristic answer and split-K variants in no more time than torch spends on nine.
+//      kFinalists in all) share kFinalsBudget times torch's per-solution budget
+//      (get_max_tuning_duration / iterations, warm-up settings; at least
+//      kMinFinalIterations runs each), in two rounds of opposite order (A B C D, D C B A) so
+//      clock drift favours none of them. The lowest average wins, but replaces Default
+//      only when it is faster by more than kDefaultMargin (so that timing noise does not
+//      make a tuned GEMM slower than the untuned one).
+// Torch times every candidate for the full budget; here kFinalsBudget candidates' budget is
+// spent whatever their number, which is what lets cudakit try every cuBLASLt heuristic
+// answer and split-K variants in about the time torch 2.11 spends on its own few (on the
+// H200 its tuning times match two solutions' budgets).
 //
 // Tuning is serialised process-wide (a mutex) so two threads never time against each other.
 //
@@ -39,6 +42,8 @@ namespace cudakit::tunable::detail {
 inline constexpr int kProbeIterations = 2;
 inline constexpr int kFinalists = 4;
 inline constexpr double kFinalistRatio = 1.25;
+inline constexpr int kFinalsBudget = 2;
+inline constexpr int kMinFinalIterations = 10;
 // H200, bf16 4096^3: with a 1% margin a cuBLASLt plan won the finals and then ran 2.7%
 // slower than Default in steady state; the wins that matter are far larger (1.4-2.6x on
 // 16x4096x4096).
