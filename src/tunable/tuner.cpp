@@ -342,8 +342,8 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     finals.push_back(std::move(f));
   };
   // Default is always a finalist: its probe ran first, often before the GPU reached its
-  // clocks, and one noisy probe must not drop the baseline (H200: a cuBLASLt plan chosen over
-  // an unprobed-in-finals Default ran 4% slower than Default on 4096^3 bf16).
+  // clocks, and one noisy probe must not drop the baseline (H200, bf16 4096^3: with Default
+  // left out of the finals by its probe, a cuBLASLt plan won that ran 4% slower than Default).
   const auto is_default = [](const Probe& pr) { return pr.plan->name() == kDefaultSolution; };
   if (auto d = std::find_if(probes.begin(), probes.end(), is_default); d != probes.end()) {
     add_finalist(*d);
