@@ -213,7 +213,8 @@ StackRecord* HistoryRecorder::new_record() {
 }
 
 static bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
-  return r->depth == cap.depth && r->py == cap.py &&
+  // The innermost frame first: two call sites usually differ there.
+  return r->depth == cap.depth && (cap.depth == 0 || r->pc[0] == cap.pc[0]) && r->py == cap.py &&
          std::memcmp(r->pc, cap.pc, sizeof(void*) * static_cast<std::size_t>(cap.depth)) == 0;
 }
 
