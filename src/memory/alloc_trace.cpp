@@ -32,6 +32,11 @@ void AllocTrace::record(const char* action, std::uintptr_t addr, std::size_t siz
     shown = op_stack();
   }
   recorder_.record(action, addr, size, stream, shown, p ? &p->ticks : nullptr);
+  // With the trace off (enabled="state") the recorder returns a record nobody kept to its
+  // pool. Forget it here too: the call's next event (a segment_alloc is followed by its
+  // alloc) would otherwise keep a pooled record on the block, and the next stack adopted
+  // would overwrite it (the block then showed another call site's frames).
+  if (p && p->record && p->record->refs == 0) p->record = nullptr;
 }
 
 }  // namespace cudakit::memory

@@ -45,7 +45,7 @@ class PendingScope {
     t_pending = nullptr;
     if (p_->cap.py.capacity()) {  // Python stacks: the buffer goes back for the next call
       p_->cap.py.clear();
-      t_py_spare.swap(p_->cap.py);
+      py_frames_spare().swap(p_->cap.py);
     }
   }
   PendingScope(const PendingScope&) = delete;

@@ -21,7 +21,27 @@ namespace cudakit::memory {
 
 std::atomic<bool> g_history_enabled{false};
 constinit HotSettings g_hot;
-thread_local std::vector<PyFrameRef> t_py_spare;
+namespace {
+// The pointer is trivially destructible, so it stays valid until the thread ends; the
+// vector is freed by t_spare_release's destructor at thread exit (a call after that makes
+// a new one, which then leaks: rare, and better than using a destroyed object).
+thread_local std::vector<PyFrameRef>* t_spare = nullptr;
+struct SpareRelease {
+  ~SpareRelease() {
+    delete t_spare;
+    t_spare = nullptr;
+  }
+};
+thread_local SpareRelease t_spare_release;
+}  // namespace
+
+std::vector<PyFrameRef>& py_frames_spare() noexcept {
+  if (!t_spare) {
+    t_spare = new std::vector<PyFrameRef>();
+    (void)&t_spare_release;  // odr-use: registers its destructor for this thread
+  }
+  return *t_spare;
+}
 std::atomic<AllocatorObserver> g_allocator_observer{nullptr};  // [profiler tracer]
 
 namespace {
@@ -185,7 +205,7 @@ void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
     // The frames go into this thread's spare buffer (returned by PendingScope), so a call
     // allocates nothing once the buffer has grown to the stack's depth (a fresh vector per
     // call grew 1, 2, 4, 8... and was freed again: ~4 heap operations per allocator call).
-    if (out.py.capacity() == 0) out.py.swap(t_py_spare);
+    if (out.py.capacity() == 0) out.py.swap(py_frames_spare());
     if (PyStackHook h = g_py_hook.load()) h(out.py);
   }
 }

@@ -111,8 +111,10 @@ struct CapturedStack {
   std::vector<PyFrameRef> py;
 };
 // This thread's reusable buffer for Python frames: capture_stack takes it into an empty
-// CapturedStack::py, and PendingScope gives a buffer back when the call ends.
-extern thread_local std::vector<PyFrameRef> t_py_spare;
+// CapturedStack::py, and PendingScope gives a buffer back when the call ends. On the heap
+// behind a trivially destructible thread_local pointer: an allocator call made while the
+// thread's thread_locals are destroyed must not swap in a destroyed vector.
+std::vector<PyFrameRef>& py_frames_spare() noexcept;
 // Fills `out` for an allocator call whose public entry has frame address `entry_frame`
 // (frames at and below it are the allocator's own). `is_free`: context "all" only.
 void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free);

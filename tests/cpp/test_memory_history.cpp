@@ -112,6 +112,44 @@ TEST(MemoryHistory, StateModeKeepsStacksOfLiveBlocksOnly) {
   caching_allocator_delete(p);
 }
 
+// Two call sites, each allocating a new segment (extern and not inlined, so they are frames
+// of their own with names the symbolizer finds).
+__attribute__((noinline)) void* history_site_alpha(std::size_t n) {
+  void* p = caching_allocator_alloc(n);
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
+  return p;
+}
+__attribute__((noinline)) void* history_site_beta(std::size_t n) {
+  void* p = caching_allocator_alloc(n);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+TEST(MemoryHistory, StateModeWithSegmentEventsKeepsEachBlocksOwnStack) {
+  // enabled="state" records no trace, but with context "all" each segment_alloc still looks
+  // at the call's stack: the record it adopted went back to the pool while the alloc that
+  // followed kept it on the block, and the next call site's stack overwrote it.
+  HistoryOff off;
+  empty_cache();
+  record_memory_history("state", "all", "cpp", 1000);
+  void* a = history_site_alpha(7 << 20);
+  void* b = history_site_beta(9 << 20);
+  json snap = json::parse(memory_snapshot_json());
+  std::vector<std::string> fa, fb;
+  for (const json& seg : snap["segments"]) {
+    for (const json& blk : seg["blocks"]) {
+      const auto addr = blk["address"].get<std::uintptr_t>();
+      if (addr == reinterpret_cast<std::uintptr_t>(a)) fa = names(blk);
+      if (addr == reinterpret_cast<std::uintptr_t>(b)) fb = names(blk);
+    }
+  }
+  EXPECT_TRUE(mentions(fa, "history_site_alpha")) << ::testing::PrintToString(fa);
+  EXPECT_FALSE(mentions(fa, "history_site_beta")) << ::testing::PrintToString(fa);
+  EXPECT_TRUE(mentions(fb, "history_site_beta")) << ::testing::PrintToString(fb);
+  caching_allocator_delete(a);
+  caching_allocator_delete(b);
+}
+
 TEST(MemoryHistory, RingKeepsTheNewestEntriesAndReenableClears) {
   HistoryOff off;
   record_memory_history("all", "all", "cpp", 10);
