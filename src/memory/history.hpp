@@ -19,12 +19,14 @@
 //    hot settings became constant-initialised globals (no function-local-static guard, and
 //    history_context_level() inline), adopt() compares a stack with the two most recently
 //    adopted ones (innermost frame first) before hashing it, and Python frames go into a
-//    per-thread buffer instead of a fresh vector per call. PairWithHistory 92-98 -> 81-86 ns, PairWithHistoryNoStacks
-//    69-75 -> 66-69 ns (Pair 44-46 ns); callgrind before: 2137 instructions per recorded pair
+//    per-thread buffer instead of a fresh vector per call. PairWithHistory 92-98 -> 81-86 ns,
+//    PairWithHistoryNoStacks 68-75 -> 66-69 ns (Pair 44-46 ns); callgrind before: 2137
+//    instructions per recorded pair
 //    against 956 without history (frame walks 276, ring writes 235, interning 204+36 memcmp,
 //    AllocTrace::record 190); after: ~2070 (the time fell more than the count: the hash's
-//    dependent multiplies are gone). The ≤ 1.3x goal is still missed in C++. Python (bench_history.py, 512 B): Python stacks 0.67-0.72 ->
-//    0.58-0.61 µs, C++ stacks 0.37-0.40 -> 0.36 µs (history off 0.27).
+//    dependent multiplies are gone). The ≤ 1.3x goal is still missed in C++. Python
+//    (bench_history.py, 512 B): Python stacks 0.67-0.72 ->
+//    0.58-0.61 µs, C++ stacks 0.37-0.40 -> 0.33-0.36 µs (history off 0.26-0.30).
 //
 // Thread-safety: record_memory_history() and history_settings() are thread-safe (settings are
 // atomics, read racily on the allocation path: they only change when history is switched).
