@@ -8,7 +8,8 @@
 # warm machine (the build directory stays):
 #   STEPS="build cuda"  STEPS="build bench"  (default: build cuda emulated bench)
 #   BENCH_PY="bench/graphs/bench_*.py bench/comm/bench_*.py"  (default: every bench/*/bench_*.py)
-#   BENCH_CPP=0 skips the C++ benchmarks; SKIP_TRACES=1 the trace replays.
+#   BENCH_CPP=0 skips the C++ benchmarks, BENCH_CPP="bench_profiler bench_graphs" runs only
+#   those (names in build-gpu/bench); SKIP_TRACES=1 skips the trace replays.
 # A short check of a few fixes, when device time is scarce:
 #   BUILD_TARGETS="cudakit_python test_gds"  builds only those (and what they need)
 #   CTEST_R='^cpp\.test_gds'  PYTEST_FILES="tests/python/test_gds.py"  HANG_SECONDS=60
@@ -80,9 +81,11 @@ has_step bench || exit 0
 t=$(date +%s)
 TRACES=${TRACES_DIR:-traces}
 {
-  [ "${BENCH_CPP:-1}" = 1 ] && echo "## C++ benchmarks (cuda backend)"
-  [ "${BENCH_CPP:-1}" = 1 ] && for b in "$BUILD"/bench/bench_* "$BUILD"/bench/torch/alloc_vs_torch; do
+  [ "${BENCH_CPP:-1}" != 0 ] && echo "## C++ benchmarks (cuda backend)"
+  [ "${BENCH_CPP:-1}" != 0 ] && for b in "$BUILD"/bench/bench_* "$BUILD"/bench/torch/alloc_vs_torch; do
     [ -x "$b" ] || continue
+    # a list of names runs only those
+    if [ "${BENCH_CPP:-1}" != 1 ] && [[ " $BENCH_CPP " != *" $(basename "$b") "* ]]; then continue; fi
     echo "### $(basename "$b")"
     case "$(basename "$b")" in
       bench_pinned)  # medians: copy bandwidth varies run to run
@@ -91,8 +94,10 @@ TRACES=${TRACES_DIR:-traces}
       *) CUDAKIT_BACKEND=cuda timeout 300 "$b" 2>&1 ;;
     esac
   done
-  [ "${BENCH_CPP:-1}" = 1 ] && echo "### pinned_vs_torch (C++, torch's CachingHostAllocator; built on demand)"
-  if [ "${BENCH_CPP:-1}" != 1 ]; then :
+  want_pinned_vs_torch=0
+  [ "${BENCH_CPP:-1}" = 1 ] || [[ " ${BENCH_CPP:-} " == *" pinned_vs_torch "* ]] && want_pinned_vs_torch=1
+  [ $want_pinned_vs_torch = 1 ] && echo "### pinned_vs_torch (C++, torch's CachingHostAllocator; built on demand)"
+  if [ $want_pinned_vs_torch != 1 ]; then :
   elif cmake --build "$BUILD" --target pinned_vs_torch > "$OUT/pinned_vs_torch-build.log" 2>&1; then
     CUDAKIT_BACKEND=cuda timeout 300 "$BUILD/bench/torch/pinned_vs_torch" --benchmark_repetitions=3 \
       --benchmark_report_aggregates_only=true 2>&1
