@@ -32,11 +32,14 @@ void AllocTrace::record(const char* action, std::uintptr_t addr, std::size_t siz
     shown = op_stack();
   }
   recorder_.record(action, addr, size, stream, shown, p ? &p->ticks : nullptr);
-  // With the trace off (enabled="state") the recorder returns a record nobody kept to its
-  // pool. Forget it here too: the call's next event (a segment_alloc is followed by its
-  // alloc) would otherwise keep a pooled record on the block, and the next stack adopted
-  // would overwrite it (the block then showed another call site's frames).
-  if (p && p->record && p->record->refs == 0) p->record = nullptr;
+  // With the trace off (enabled="state") nothing may have kept the call's record. It goes
+  // back to the pool here, where it is cached, and is forgotten: pooled by the recorder
+  // while still cached, the call's next event (a segment_alloc is followed by its alloc)
+  // put it on the block, and the next stack adopted overwrote it.
+  if (p && p->record && p->record->refs == 0) {
+    recorder_.discard_if_unkept(p->record);
+    p->record = nullptr;
+  }
 }
 
 }  // namespace cudakit::memory

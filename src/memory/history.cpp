@@ -333,13 +333,7 @@ void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_
     clear_ring();
     generation_ = gen;
   }
-  if (!s.trace.load(std::memory_order_relaxed)) {
-    if (stack && stack->refs == 0) {  // adopted for this entry only: back to the pool
-      retain(stack);
-      release(stack);
-    }
-    return;
-  }
+  if (!s.trace.load(std::memory_order_relaxed)) return;
   retain(stack);
   std::uint64_t ticks;
   if (op_ticks) {

@@ -171,6 +171,13 @@ class HistoryRecorder {
     if (r) ++r->refs;
   }
   void release(StackRecord* r) noexcept;
+  // Returns a record that adopt() handed out and nobody retained to the pool.
+  void discard_if_unkept(StackRecord* r) noexcept {
+    if (r && r->refs == 0) {
+      retain(r);
+      release(r);
+    }
+  }
 
   // Appends a trace entry (when the settings record traces); takes its own reference.
   // `op_ticks`: the timestamp shared by the events of one allocator call (0 = not read yet;
