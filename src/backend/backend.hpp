@@ -199,7 +199,8 @@ class Backend {
   // ---- identity / availability (never throw) ----
   virtual const char* name() const noexcept = 0;  // "cuda" or "emulated"
   virtual int device_count() noexcept = 0;        // 0 when no driver/GPU
-  virtual std::string unavailable_reason() noexcept = 0;  // "" when available
+  // "" when available; otherwise why (never empty when device_count() == 0)
+  virtual std::string unavailable_reason() noexcept = 0;
   virtual int driver_version() noexcept = 0;      // e.g. 13000; 0 if none
   virtual BackendCapabilities capabilities() const noexcept = 0;
   // Run-time-loaded libraries this backend uses (found or not, with version / reason).

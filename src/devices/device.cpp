@@ -85,8 +85,7 @@ std::string unavailable_reason() noexcept {
   try {
     if (is_available()) return "";
     std::string r = detail::backend().unavailable_reason();
-    return r.empty() ? "the '" + std::string(detail::backend().name()) + "' backend has no devices"
-                     : r;
+    return r.empty() ? "no devices are visible" : r;  // every backend says why (backend.hpp)
   } catch (const std::exception& e) {
     return e.what();
   } catch (...) {

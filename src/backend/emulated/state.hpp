@@ -207,7 +207,11 @@ class EmulatedBackend final : public Backend {
 
   const char* name() const noexcept override { return "emulated"; }
   int device_count() noexcept override { return static_cast<int>(devices_.size()); }
-  std::string unavailable_reason() noexcept override { return ""; }
+  std::string unavailable_reason() noexcept override {
+    return devices_.empty() ? "no emulated devices are visible (CUDAKIT_EMULATED_DEVICES and "
+                              "CUDA_VISIBLE_DEVICES decide which exist)"
+                            : "";
+  }
   int driver_version() noexcept override { return 13000; }
   BackendCapabilities capabilities() const noexcept override;
   std::vector<LibraryInfo> optional_libraries() noexcept override;
