@@ -307,33 +307,35 @@ class JsonOut {
   void head(char ph, std::string_view cat, std::string_view name, std::int64_t pid,
             std::int64_t tid) {
     Head& h = heads_[head_slot(ph, name.data(), pid, tid)];
-    if (h.ph == ph && h.pid == pid && h.tid == tid && h.name == name && h.cat == cat) {
-      buf_.append(h.text);
-      return;
+    if (h.ph != ph || h.pid != pid || h.tid != tid || h.name != name || h.cat != cat) {
+      h.ph = ph;
+      h.pid = pid;
+      h.tid = tid;
+      h.cat.assign(cat);
+      h.name.assign(name);
+      h.text.clear();  // memo() formats it again
     }
-    const std::size_t start = buf_.size();
-    buf_.append("{\"ph\":\"");
-    buf_.push_back(ph);
-    buf_.push_back('"');
-    if (!cat.empty()) {  // categories are cudakit's literals
-      buf_.append(",\"cat\":\"");
-      buf_.append(cat);
+    memo(h.text, [&] {
+      buf_.append("{\"ph\":\"");
+      buf_.push_back(ph);
       buf_.push_back('"');
-    }
-    if (ph == 'i') buf_.append(",\"s\":\"t\"");
-    buf_.append(",\"name\":");
-    str(name);
+      if (!cat.empty()) {  // categories are cudakit's literals
+        buf_.append(",\"cat\":\"");
+        buf_.append(cat);
+        buf_.push_back('"');
+      }
+      if (ph == 'i') buf_.append(",\"s\":\"t\"");
+      buf_.append(",\"name\":");
+      str(name);
+      pid_tid_ts(pid, tid);
+    });
+  }
+  void pid_tid_ts(std::int64_t pid, std::int64_t tid) {
     buf_.append(",\"pid\":");
     num(pid);
     buf_.append(",\"tid\":");
     num(tid);
     buf_.append(",\"ts\":");
-    h.ph = ph;
-    h.pid = pid;
-    h.tid = tid;
-    h.cat.assign(cat);
-    h.name.assign(name);
-    h.text.assign(buf_.data() + start, buf_.size() - start);
   }
   // A flow event's ,"pid":..,"tid":..,"ts": for the last row of its kind (host launches for
   // 's', device rows for 'f'; a loop stays on one of each).
@@ -343,19 +345,12 @@ class JsonOut {
   };
   void flow_row(bool end, std::int64_t pid, std::int64_t tid) {
     Row& r = rows_[end];
-    if (r.text.empty() || r.pid != pid || r.tid != tid) {
-      const std::size_t start = buf_.size();
-      buf_.append(",\"pid\":");
-      num(pid);
-      buf_.append(",\"tid\":");
-      num(tid);
-      buf_.append(",\"ts\":");
+    if (r.pid != pid || r.tid != tid) {
       r.pid = pid;
       r.tid = tid;
-      r.text.assign(buf_.data() + start, buf_.size() - start);
-      return;
+      r.text.clear();
     }
-    buf_.append(r.text);
+    memo(r.text, [&] { pid_tid_ts(pid, tid); });
   }
   template <std::size_t N>
   void key(const char (&k)[N]) {
