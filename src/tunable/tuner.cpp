@@ -1,7 +1,9 @@
 #include "tunable/tuner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -252,6 +254,26 @@ int warmup_iterations(double approx_ms) {
   return std::max(0, wi);
 }
 
+// Host wall time of the tuner's phases, logged at verbosity 2: where tuning time goes.
+class PhaseClock {
+ public:
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+std::string ms_text(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f ms", ms);
+  return buf;
+}
+
 std::int64_t rotating_bytes(int device) {
   const int mb = settings().rotating_mb();
   if (mb == 0) return 0;
@@ -273,7 +295,9 @@ std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld,
 
 std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmArgs& g) {
   const std::string sig = op_signature(g) + "(" + params_signature(g) + ")";
+  PhaseClock clock;
   std::vector<GemmPlanPtr> all = candidates(device, g);
+  const double candidates_ms = clock.lap();
   log(2, "finding fastest for " + sig + " out of " + std::to_string(all.size()) + " candidates");
 
   OperandSets sets;
@@ -290,6 +314,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     warn("no memory to tune " + sig + " (" + e.what() + "): Default runs, untuned");
     return std::nullopt;
   }
+  const double setup_ms = clock.lap();
 
   // Probe (tuner.hpp, step 3).
   Events events(device);
@@ -322,6 +347,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   }
   std::stable_sort(probes.begin(), probes.end(),
                    [](const Probe& a, const Probe& b) { return a.ms < b.ms; });
+  const double probes_ms = clock.lap();
 
   // Finals (tuner.hpp, step 4).
   struct Finalist {
@@ -405,6 +431,10 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   }
   log(2, "fastest for " + sig + ": " + winner->plan->name() + " " + std::to_string(winner->ms) +
              " ms");
+  log(2, "tuning time: candidates " + ms_text(candidates_ms) + ", operands and check " +
+             ms_text(setup_ms) + ", probes of " + std::to_string(probes.size()) + " " +
+             ms_text(probes_ms) + ", finals of " + std::to_string(finals.size()) + " " +
+             ms_text(clock.lap()));
   return TuneOutcome{winner->plan, winner->ms, static_cast<int>(probes.size())};
 }
 
