@@ -136,7 +136,7 @@ unsigned AllocatorConfig::divisions_for(std::size_t size) const noexcept {
 
 KeyScope key_scope(const std::string& key) {
   if (key == "backend" || key == "expandable_segments" || key == "max_split_size_mb" ||
-      key == "expandable_segments_chunk_pages")
+      key == "expandable_segments_chunk_pages" || key == "device_mutex_spin")
     return KeyScope::init;
   if (key == "release_lock_on_cudamalloc" || key == "graph_capture_record_stream_reuse")
     return KeyScope::inert;
@@ -190,6 +190,8 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
       c.per_process_memory_fraction = f;
     } else if (key == "quick_cache") {
       c.quick_cache = parse_bool(var, key, v);
+    } else if (key == "device_mutex_spin") {
+      c.device_mutex_spin = parse_bool(var, key, v);
     } else if (key == "expandable_segments_chunk_pages") {
       double n = parse_number(var, key, v, "a whole number of pages between 1 and 4096");
       if (n < 1 || n > 4096 || n != std::floor(n))
@@ -222,7 +224,7 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
                        "pinned_use_cuda_host_register, pinned_num_register_threads, "
                        "pinned_use_background_threads, graph_capture_record_stream_reuse, "
                        "quick_cache, expandable_segments_chunk_pages, "
-                       "expandable_segments_slack_div");
+                       "expandable_segments_slack_div, device_mutex_spin");
     }
     c.keys.push_back(key);
   }

@@ -25,8 +25,10 @@
 // cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
 // (pages per physical allocation of the large pool, default 4 = 8 MiB; the small pool's are
 // one page), expandable_segments_slack_div (expandable segments may reserve the live
-// high-water mark plus 1/N of it before they move pages; default 32). The measurements
-// behind the defaults are in expandable_segment.hpp.
+// high-water mark plus 1/N of it before they move pages; default 32), device_mutex_spin
+// (True/False, default True, fixed at the first device allocation: the slow-path lock spins
+// briefly before it sleeps, see locks.hpp). The measurements behind the defaults are in
+// expandable_segment.hpp and docs/performance.md.
 //
 // Thread-safety: parse() is pure; config(), the registry's apply and the warning handler are
 // serialised by mutexes.
@@ -62,6 +64,7 @@ struct AllocatorConfig {
   bool release_lock_on_device_malloc = false;  // inert
   double per_process_memory_fraction = 1.0;
   bool quick_cache = true;
+  bool device_mutex_spin = true;  // init-only: the device mutex spins before it sleeps
   std::size_t expandable_chunk_pages = 4;
   std::size_t expandable_slack_div = 32;
   // Pinned host allocator.

@@ -20,6 +20,7 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
       backend_(backend),
       cfg_(std::move(cfg)),
       async_backend_(cfg_.backend == AllocatorConfig::Backend::driver_async),
+      mutex_(cfg_.device_mutex_spin),
       small_(true, nullptr, &node_resource_),
       large_(false, nullptr, &node_resource_),
       active_(&node_resource_) {

@@ -272,7 +272,7 @@ class DeviceAllocator {
   std::array<std::atomic<unsigned>, 64> divisions_{};
   const bool async_backend_;  // backend:cudaMallocAsync (fixed for the allocator's life)
   std::size_t max_request_ = kMaxRequest;  // min(device memory, kMaxRequest)
-  std::mutex mutex_;
+  DeviceMutex mutex_;  // adaptive unless device_mutex_spin:False (locks.hpp)
   NodeResource node_resource_;
   BlockPool small_, large_;
   std::pmr::unordered_map<std::uintptr_t, Block*> active_;

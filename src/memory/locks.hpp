@@ -38,6 +38,8 @@
 // set once, by the bindings at import.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <thread>
 
@@ -91,6 +93,37 @@ class SpinLock {
 
  private:
   std::atomic<bool> flag_{false};
+};
+
+// The device mutex (the slow-path lock). With `spin`, glibc's adaptive mutex
+// (PTHREAD_MUTEX_ADAPTIVE_NP): a thread that finds it held retries for a short, self-tuning
+// while before it sleeps in the kernel. Slow-path critical sections are a few hundred
+// nanoseconds, so under contention the lock is usually free again before a futex sleep and
+// wake-up (several microseconds) would end: with a plain mutex, 8 threads allocating mixed
+// sizes on one device spent most of their time in those hand-offs (H200: 2.8-3.2 us per pair
+// against 0.27-0.40 us on one thread). Without `spin` it is a plain pthread mutex (what
+// std::mutex is), kept for A/B measurements (CUDAKIT_ALLOC_CONF=device_mutex_spin:False).
+class DeviceMutex {
+ public:
+  explicit DeviceMutex(bool spin) noexcept {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+#if defined(__GLIBC__)
+    if (spin) pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#else
+    (void)spin;
+#endif
+    pthread_mutex_init(&m_, &attr);
+    pthread_mutexattr_destroy(&attr);
+  }
+  ~DeviceMutex() { pthread_mutex_destroy(&m_); }
+  DeviceMutex(const DeviceMutex&) = delete;
+  DeviceMutex& operator=(const DeviceMutex&) = delete;
+  void lock() noexcept { pthread_mutex_lock(&m_); }
+  void unlock() noexcept { pthread_mutex_unlock(&m_); }
+
+ private:
+  pthread_mutex_t m_;
 };
 
 }  // namespace cudakit::memory

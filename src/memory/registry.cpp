@@ -74,6 +74,8 @@ void apply_allocator_settings(const std::string& text) {
                               ? next.expandable_segments == cur.expandable_segments
                           : key == "expandable_segments_chunk_pages"
                               ? next.expandable_chunk_pages == cur.expandable_chunk_pages
+                          : key == "device_mutex_spin"
+                              ? next.device_mutex_spin == cur.device_mutex_spin
                               : next.max_split_size == cur.max_split_size;
         if (!same)
           throw ValueError("set_allocator_settings: '" + key + "' cannot change once a device "

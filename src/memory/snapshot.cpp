@@ -197,6 +197,7 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
       {"pinned_num_register_threads", c.pinned_num_register_threads},
       {"pinned_use_background_threads", c.pinned_use_background_threads},
       {"quick_cache", c.quick_cache},
+      {"device_mutex_spin", c.device_mutex_spin},
       {"expandable_segments_chunk_pages", c.expandable_chunk_pages},
       {"expandable_segments_slack_div", c.expandable_slack_div}};
   json out = {{"segments", std::move(segs)}, {"device_traces", std::move(traces)},

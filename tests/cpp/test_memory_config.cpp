@@ -91,6 +91,7 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   const memory::AllocatorConfig before = memory::settings_in_force();
   for (const char* change : {"expandable_segments:True", "backend:cudaMallocAsync",
                              "max_split_size_mb:100", "expandable_segments_chunk_pages:8",
+                             "device_mutex_spin:False",
                              "garbage_collection_threshold:0.5,expandable_segments:True"}) {
     try {
       set_allocator_settings(change);
@@ -110,6 +111,7 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
                    before.garbage_collection_threshold);
   // The values in force are accepted (nothing changes).
   EXPECT_NO_THROW(set_allocator_settings("expandable_segments:False,backend:native"));
+  EXPECT_NO_THROW(set_allocator_settings("device_mutex_spin:True"));
   EXPECT_EQ(get_allocator_backend(), "native");
   EXPECT_EQ(snapshot_settings()["backend"], "native");
   EXPECT_EQ(snapshot_settings()["expandable_segments"], false);
