@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <atomic>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "cudakit/allocation.hpp"
@@ -140,10 +143,46 @@ Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
   return Allocation();
 }
 
+// Kernel loading. A candidate's first launch loads its kernel (CUDA lazy loading): 2.4-4.8
+// ms of host time per cuBLASLt kernel on the H200 host, so probing 19 candidates of a bf16
+// 16x4096x4096 product took 39 ms of host time for 0.5 ms of GPU work (torch, timing only
+// its already loaded Default: 7 ms in all). The first runs are spread over a few threads so
+// that the loads can overlap; their results are discarded, and failures are left for the
+// probe below to report (it runs every candidate again, untimed, before timing it).
+constexpr std::size_t kLoadThreads = 4;
+
+void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, int device, StreamHandle s,
+                            const GemmArgs& g, const Operands& o);
+
 // Runs `plan` `times` times, cycling through the sets.
 void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandSets& sets,
                int times, const Allocation& ws) {
   for (int i = 0; i < times; ++i) plan.run(s, with(g, sets.take()), ws.get());
+}
+
+void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, int device, StreamHandle s,
+                            const GemmArgs& g, const Operands& o) {
+  // Default (first) is left out: the backend's GEMM shares one library handle per device,
+  // whose stream is set per call.
+  const std::size_t threads = std::min(kLoadThreads, (plans.size() - 1) / 2);
+  if (threads < 2) return;
+  std::atomic<std::size_t> next{1};
+  auto work = [&]() noexcept {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < plans.size();) {
+      try {
+        const Allocation ws = workspace_for(*plans[i], device, s);
+        plans[i]->run(s, with(g, o), ws.get());
+      } catch (...) {  // reported by the probe
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  try {
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {  // no thread to spare: the loads stay serial
+  }
+  work();
+  for (std::thread& t : pool) t.join();
 }
 
 double element(const std::vector<unsigned char>& c, std::size_t at, GemmType t) {
@@ -325,6 +364,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     double first_run_host_ms = 0;  // the untimed first run: kernel loading shows here
   };
   std::vector<Probe> probes;
+  first_runs_in_parallel(all, device, s, g, sets.sets.front());
   for (GemmPlanPtr& p : all) {
     Probe pr{p};
     try {
@@ -394,18 +434,21 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
                               f.iterations * kFinalsBudget / n);
     }
   }
-  constexpr int kRounds = 2;
+  // Rounds alternate the order (A B C D, D C B A, A B C D, ...), so a clock that drifts
+  // during the finals favours no position, and each finalist's time is the median of its
+  // rounds' averages, so one disturbed round does not decide. An untimed run of every
+  // finalist first keeps the GPU busy while the timed rounds are queued. (H200: Default,
+  // first in the finals, was timed 5-17% slower there than it runs afterwards; with two
+  // rounds in opposite order still 4-7% on 8192^3, fewer runs giving more.)
   for (Finalist& f : finals) {
-    for (int r = 0; r < kRounds; ++r) f.rounds.emplace_back(events.make(), events.make());
+    for (int r = 0; r < kFinalRounds; ++r) f.rounds.emplace_back(events.make(), events.make());
   }
+  for (Finalist& f : finals) run_times(*f.plan, s, g, sets, 1, f.workspace);
   EventHandle last = nullptr;
-  for (int r = 0; r < kRounds; ++r) {
-    // Odd rounds run the finalists in reverse order (A B C D, D C B A): a clock that drifts
-    // during the finals then favours no position. (H200: Default, always first, was timed
-    // 5-17% slower in the finals than it runs afterwards.)
+  for (int r = 0; r < kFinalRounds; ++r) {
     for (std::size_t k = 0; k < finals.size(); ++k) {
       Finalist& f = finals[r % 2 == 0 ? k : finals.size() - 1 - k];
-      const int share = f.iterations / kRounds + (r == kRounds - 1 ? f.iterations % kRounds : 0);
+      const int share = std::max(1, f.iterations / kFinalRounds);
       auto [start, end] = f.rounds[static_cast<std::size_t>(r)];
       backend().event_record(start, s);
       run_times(*f.plan, s, g, sets, share, f.workspace);
@@ -415,14 +458,22 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     }
   }
   backend().event_synchronize(last);
+  for (Finalist& f : finals) {
+    const int share = f.timed / kFinalRounds;
+    std::vector<double> per_run;
+    for (auto [a, b] : f.rounds) per_run.push_back(backend().event_elapsed_ms(a, b) / share);
+    std::sort(per_run.begin(), per_run.end());
+    const std::size_t h = per_run.size() / 2;
+    f.ms = per_run.size() % 2 ? per_run[h] : (per_run[h - 1] + per_run[h]) / 2;
+    std::string rounds;
+    for (double v : per_run) rounds += (rounds.empty() ? "" : " ") + std::to_string(v);
+    log(3, "final " + f.plan->name() + ": " + std::to_string(f.ms) + " ms, median of " +
+               std::to_string(kFinalRounds) + " rounds of " + std::to_string(share) +
+               " runs (sorted: " + rounds + ")");
+  }
   const Finalist* winner = nullptr;
   const Finalist* fallback = nullptr;  // Default
   for (Finalist& f : finals) {
-    double total = 0;
-    for (auto [a, b] : f.rounds) total += backend().event_elapsed_ms(a, b);
-    f.ms = total / std::max(1, f.timed);
-    log(3, "final " + f.plan->name() + ": " + std::to_string(f.ms) + " ms over " +
-               std::to_string(f.timed) + " runs");
     if (f.plan->name() == kDefaultSolution) fallback = &f;
     if (!winner || f.ms < winner->ms) winner = &f;
   }

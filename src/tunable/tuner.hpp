@@ -18,10 +18,12 @@
 //   4. Finals: Default, and the candidates within kFinalistRatio of the best probe (at most
 //      kFinalists in all) share kFinalsBudget times torch's per-solution budget
 //      (get_max_tuning_duration / iterations, warm-up settings; at least
-//      kMinFinalIterations runs each), in two rounds of opposite order (A B C D, D C B A) so
-//      clock drift favours none of them. The lowest average wins, but replaces Default
-//      only when it is faster by more than kDefaultMargin (so that timing noise does not
-//      make a tuned GEMM slower than the untuned one).
+//      kMinFinalIterations runs each). After one untimed run of each, they are timed in
+//      kFinalRounds rounds of alternating order (A B C D, D C B A, ...) so clock drift
+//      favours none of them; a finalist's time is the median of its rounds' averages. The
+//      lowest wins, but replaces Default only when it is faster by more than
+//      kDefaultMargin (so that timing noise does not make a tuned GEMM slower than the
+//      untuned one).
 // Torch times every candidate for the full budget; here kFinalsBudget candidates' budget is
 // spent whatever their number, so that cudakit can try every cuBLASLt heuristic answer and
 // split-K variants. Measured on the H200: four full budgets took 2-7x torch 2.11's tuning
@@ -49,7 +51,8 @@ inline constexpr double kFinalistRatio = 1.25;
 // (torch 2.11: 48 / 154 / 250 ms for timing Default alone), with finalists within 2.5% of each
 // other and the two rounds within 1% of each other: half the runs still separate them.
 inline constexpr int kFinalsBudget = 1;
-inline constexpr int kMinFinalIterations = 10;
+inline constexpr int kMinFinalIterations = 12;
+inline constexpr int kFinalRounds = 4;
 // H200, bf16 4096^3: with a 1% margin a cuBLASLt plan won the finals and then ran 2.7%
 // slower than Default in steady state; the wins that matter are far larger (1.4-2.6x on
 // 16x4096x4096).
