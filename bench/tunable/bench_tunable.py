@@ -12,6 +12,10 @@ both libraries start from an empty results file with the same budget (set_max_tu
   us cold      steady state, operands rotating over enough copies that L2 (50 MB) cannot hold
                them (what a product in a model sees; the bandwidth bound of the skinny shape)
   us hot       steady state on the same operands every call (what many microbenchmarks report)
+  Steady-state times are medians over --rounds rounds in which the two libraries alternate
+  (A B, B A, ...): on the H200 the same cuBLAS kernel on the same data varies by 4-7 % with the
+  GPU's thermal state, more than the differences measured here, so one measurement each in
+  sequence favours whichever library runs cooler.
   solution     what each library recorded for the problem
 Goals (issue 11): cudakit >= 1.0x torch on every shape, >= 1.3x on 16x4096x4096, and tuning
 no slower than torch's. torch columns are skipped when torch is absent.
@@ -27,12 +31,8 @@ DEFAULT_SHAPES = "16x4096x4096,1024x4096x4096,4096x4096x4096,4096x14336x4096,819
 L2_BYTES = 50 << 20
 
 
-def steady(lib, fn, sets, min_ms=200.0, reps=5):
-    """Median seconds per call over `reps` batches; call i uses operand set i % sets."""
-    for i in range(sets):
-        fn(i)
-    lib.synchronize()
-    # Size a batch to about min_ms / reps.
+def steady(lib, fn, sets, min_ms=40.0):
+    """Seconds per call over one batch of about min_ms; call i uses operand set i % sets."""
     start, end = lib.Event(enable_timing=True), lib.Event(enable_timing=True)
     start.record()
     for i in range(10):
@@ -40,21 +40,24 @@ def steady(lib, fn, sets, min_ms=200.0, reps=5):
     end.record()
     end.synchronize()
     per = max(start.elapsed_time(end) / 10, 1e-4)
-    iters = max(10, int(min_ms / reps / per))
-    times = []
-    for _ in range(reps):
-        start, end = lib.Event(enable_timing=True), lib.Event(enable_timing=True)
-        start.record()
-        for i in range(iters):
-            fn(i % sets)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / iters / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    iters = max(10, int(min_ms / per))
+    start, end = lib.Event(enable_timing=True), lib.Event(enable_timing=True)
+    start.record()
+    for i in range(iters):
+        fn(i % sets)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters / 1e3
 
 
-def run_library(name, lib, tunable, shape, dtype, budget_ms, results_dir):
+def median(xs):
+    xs = sorted(xs)
+    h = len(xs) // 2
+    return xs[h] if len(xs) % 2 else (xs[h - 1] + xs[h]) / 2
+
+
+def tune_library(name, lib, tunable, shape, dtype, budget_ms, results_dir):
+    """Tunes one product with an empty results file; returns what the measurements need."""
     m, n, k = shape
     tunable.tuning_enable(True)
     tunable.record_untuned_enable(False)
@@ -75,13 +78,28 @@ def run_library(name, lib, tunable, shape, dtype, budget_ms, results_dir):
     a[0] @ b[0]
     lib.synchronize()
     first = time.perf_counter() - t0
-    cold = steady(lib, lambda i: a[i % len(a)] @ b[i], sets)
-    hot = steady(lib, lambda i: a[0] @ b[0], 1)
     new = [r for r in tunable.get_results() if tuple(r[:2]) not in before]
-    solution = new[0][2] if new else "?"
-    tunable.enable(False)
-    return {"tune_ms": (first - hot) * 1e3, "cold_us": cold * 1e6, "hot_us": hot * 1e6,
-            "solution": solution}
+    # TunableOp stays on: the steady-state calls use the tuned solution.
+    return {"lib": lib, "tunable": tunable, "first_s": first, "sets": sets,
+            "cold": lambda i: a[i % len(a)] @ b[i], "hot": lambda i: a[0] @ b[0],
+            "solution": new[0][2] if new else "?", "cold_s": [], "hot_s": []}
+
+
+def measure_round(state):
+    lib = state["lib"]
+    for i in range(state["sets"]):
+        state["cold"](i)
+    lib.synchronize()
+    state["cold_s"].append(steady(lib, state["cold"], state["sets"]))
+    state["hot_s"].append(steady(lib, state["hot"], 1))
+
+
+def summary(state):
+    state["tunable"].enable(False)
+    cold, hot = median(state["cold_s"]), median(state["hot_s"])
+    return {"tune_ms": (state["first_s"] - hot) * 1e3, "cold_us": cold * 1e6, "hot_us": hot * 1e6,
+            "solution": state["solution"], "cold_us_all": [x * 1e6 for x in state["cold_s"]],
+            "hot_us_all": [x * 1e6 for x in state["hot_s"]]}
 
 
 def main():
@@ -89,6 +107,7 @@ def main():
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-ms", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -105,12 +124,18 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         for shape in shapes:
             row = {"shape": "x".join(map(str, shape))}
-            row["cudakit"] = run_library("cudakit", cudakit, cudakit.tunable, shape, args.dtype,
-                                         args.budget_ms, d)
+            states = {"cudakit": tune_library("cudakit", cudakit, cudakit.tunable, shape,
+                                              args.dtype, args.budget_ms, d)}
             if have_torch:
-                row["torch"] = run_library("torch", _TorchLib(torch),
-                                           torch.cuda.tunable, shape, getattr(torch, args.dtype),
-                                           args.budget_ms, d)
+                states["torch"] = tune_library("torch", _TorchLib(torch), torch.cuda.tunable, shape,
+                                               getattr(torch, args.dtype), args.budget_ms, d)
+            order = list(states)
+            for r in range(args.rounds):
+                for name in (order if r % 2 == 0 else order[::-1]):
+                    measure_round(states[name])
+            for name, st in states.items():
+                row[name] = summary(st)
+            del states
             rows.append(row)
             print_row(row, have_torch)
             sys.stdout.flush()
@@ -122,7 +147,7 @@ def main():
 
 
 class _TorchLib:
-    """torch under the names run_library uses (cudakit spells them as torch.cuda does)."""
+    """torch under the names tune_library uses (cudakit spells them as torch.cuda does)."""
 
     def __init__(self, torch):
         self.torch = torch
@@ -135,10 +160,13 @@ class _TorchLib:
 
 def print_row(row, have_torch):
     c = row["cudakit"]
-    line = f"{row['shape']}: cudakit {c['cold_us']:.1f} us cold / {c['hot_us']:.1f} hot, tuned in {c['tune_ms']:.0f} ms ({c['solution']})"
+    spread = lambda xs: f"{min(xs):.1f}-{max(xs):.1f}"
+    line = (f"{row['shape']}: cudakit {c['cold_us']:.1f} us cold ({spread(c['cold_us_all'])}) / "
+            f"{c['hot_us']:.1f} hot ({spread(c['hot_us_all'])}), tuned in {c['tune_ms']:.0f} ms ({c['solution']})")
     if have_torch:
         t = row["torch"]
-        line += f"; torch {t['cold_us']:.1f} / {t['hot_us']:.1f}, tuned in {t['tune_ms']:.0f} ms ({t['solution']})"
+        line += (f"; torch {t['cold_us']:.1f} ({spread(t['cold_us_all'])}) / {t['hot_us']:.1f} "
+                 f"({spread(t['hot_us_all'])}), tuned in {t['tune_ms']:.0f} ms ({t['solution']})")
     print(line)
 
 
