@@ -54,9 +54,11 @@ inline constexpr int kFinalsBudget = 1;
 inline constexpr int kMinFinalIterations = 12;
 inline constexpr int kFinalRounds = 4;
 // H200, bf16 4096^3: with a 1% margin a cuBLASLt plan won the finals and then ran 2.7%
-// slower than Default in steady state; the wins that matter are far larger (1.4-2.6x on
-// 16x4096x4096).
-inline constexpr double kDefaultMargin = 0.03;
+// slower than Default in steady state. 8192^3, three runs: Default was timed 1.68-1.73 ms in
+// the finals against 1.61-1.63 ms in steady state (the cause is not known), so plans 3.3%
+// faster in the finals won and then ran 0-1% slower than Default. The wins that matter are
+// far larger (1.2-2.7x on 16x4096x4096, 20% in its finals).
+inline constexpr double kDefaultMargin = 0.05;
 
 struct TuneOutcome {
   cudakit::detail::GemmPlanPtr plan;
