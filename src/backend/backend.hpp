@@ -271,6 +271,21 @@ class Backend {
       throw;
     }
   }
+  // Sharing physical memory with another process (IPC of expandable segments, src/memory/
+  // ipc.cpp; the descriptor travels with pidfd_getfd, so no server thread is needed).
+  // A new file descriptor (close-on-exec, owned by the caller) for the physical allocation
+  // `h` of vm_create (cuda: cuMemExportToShareableHandle, POSIX file descriptor; emulated: the
+  // memfd behind h). The memory lives while any process holds a handle, a mapping or such a
+  // descriptor. NotSupportedError saying why when h cannot be shared (cuda: the driver refused
+  // the shareable handle type when vm_create asked for it; vm_create then made an unshareable
+  // allocation rather than fail).
+  virtual int vm_export_fd(PhysMemHandle h) = 0;
+  // A physical allocation handle, for vm_map / vm_destroy in this process, of the allocation
+  // behind `fd`, a descriptor vm_export_fd made (in this or another process) of a `bytes`-long
+  // allocation on `device`. Does not take `fd` (the caller closes it). The memory is not
+  // counted against `device` here (it is the exporter's). AcceleratorError invalid_value (or
+  // the driver's code) when fd is not such a descriptor; emulated also checks `bytes`.
+  virtual PhysMemHandle vm_import_fd(int device, int fd, std::size_t bytes) = 0;
   // Device owning a pointer, or -1 for host/unknown memory.
   virtual int pointer_device(const void* ptr) = 0;
 
