@@ -113,8 +113,10 @@ struct BackendCapabilities {
   // blas_handle / solver_handle return vendor library handles (cuBLAS / cuSOLVER). gemm works
   // on every backend; these handles are for code that calls the vendor libraries itself.
   bool vendor_math_handles = false;
-  // IPC handles can be opened in another process. No backend opens them in the exporting
-  // process (CUDA refuses with CUDA_ERROR_INVALID_CONTEXT, and so does the emulated backend).
+  // IPC handles (mem_ipc_handle / event_ipc_handle) can be opened in another process. No
+  // backend opens them in the exporting process (CUDA refuses with CUDA_ERROR_INVALID_CONTEXT,
+  // and so does the emulated backend). Physical memory shared through vm_export_fd opens in
+  // other processes on every backend, whatever this says.
   bool cross_process_ipc = false;
   // Telemetry comes from hardware sensors (NVML); otherwise from the backend's documented
   // model (utilization measured from its own workers, sensors derived from it).
