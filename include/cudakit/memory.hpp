@@ -152,11 +152,24 @@ struct IpcMemHandle {
   int device = -1;
   std::size_t offset = 0;  // offset of the allocation in the exported segment
   std::size_t size = 0;    // bytes of the allocation
+  // Memory of an expandable segment (expandable_segments:True): the table of its physical
+  // chunks (one file descriptor of the exporting process each, which the importer fetches
+  // with pidfd_getfd); `bytes` then holds the table's header (exporter's pid, chunk size,
+  // count) and `offset` is the allocation's offset in its first chunk. Empty for memory of
+  // ordinary segments. Send `bytes` followed by `chunks` (Python: one bytes object).
+  std::vector<unsigned char> chunks;
 };
-// Exports a caching-allocator allocation for another process.
+// Exports a caching-allocator allocation for another process. The allocation must stay
+// alive (not freed) until every importer has opened the handle; the importer's mapping stays
+// valid afterwards. Memory of expandable segments: NotSupportedError when the backend cannot
+// share its physical memory (cuda: the driver refused shareable allocations).
 IpcMemHandle ipc_export(void* ptr);
 // Opens a handle from another process; close with ipc_close (or it is closed by
 // ipc_collect once no longer referenced). Returns the allocation's address.
+// Expandable-segment handles need Linux >= 5.6 (pidfd_getfd) and ptrace access to the
+// exporting process (PermissionError / IoError EPERM otherwise, naming the fix); a handle
+// whose memory the exporter has released meanwhile, or whose process has exited, gives an
+// Error / IoError saying so.
 void* ipc_import(const IpcMemHandle& handle);
 void ipc_close(void* ptr);
 // Releases imported segments that are no longer used (torch.cuda.ipc_collect).

@@ -207,7 +207,12 @@ def ipc_collect() -> None:
 
 
 def _ipc_export(mem_ptr: int) -> tuple[bytes, int, int, int]:
-    """(handle, device, offset, size) for another process's :func:`_ipc_import`."""
+    """(handle, device, offset, size) for another process's :func:`_ipc_import`.
+
+    The handle is 64 bytes for memory of ordinary segments; for memory of an expandable
+    segment it is longer (a header, then one record per physical chunk): the importer then
+    fetches the chunks' file descriptors from this process with ``pidfd_getfd`` (Linux >= 5.6
+    and ptrace access to this process needed). Keep the memory alive until it is imported."""
     return _C._mem_ipc_export(mem_ptr)
 
 

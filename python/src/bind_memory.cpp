@@ -187,14 +187,19 @@ void bind(py::module_& m) {
   m.def("_mem_ipc_collect", &ipc_collect, py::call_guard<py::gil_scoped_release>());
   m.def("_mem_ipc_export", [](std::uintptr_t p) {
     IpcMemHandle h = ipc_export(reinterpret_cast<void*>(p));
-    return py::make_tuple(py::bytes(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes),
-                          h.device, h.offset, h.size);
+    // Expandable segments: the 64-byte header, then the chunk table (IpcMemHandle::chunks).
+    std::string bytes(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes);
+    bytes.append(reinterpret_cast<const char*>(h.chunks.data()), h.chunks.size());
+    return py::make_tuple(py::bytes(bytes), h.device, h.offset, h.size);
   });
   m.def("_mem_ipc_import", [](py::bytes handle, int device, std::size_t offset, std::size_t size) {
     std::string s = handle;
-    if (s.size() != 64) throw ValueError("ipc handle must be 64 bytes, got " + std::to_string(s.size()));
+    if (s.size() < 64)
+      throw ValueError("ipc handle must be at least 64 bytes (64, or more for memory of an "
+                       "expandable segment), got " + std::to_string(s.size()));
     IpcMemHandle h;
-    std::copy(s.begin(), s.end(), h.bytes);
+    std::copy(s.begin(), s.begin() + 64, h.bytes);
+    h.chunks.assign(s.begin() + 64, s.end());
     h.device = device;
     h.offset = offset;
     h.size = size;

@@ -113,8 +113,10 @@ struct BackendCapabilities {
   // blas_handle / solver_handle return vendor library handles (cuBLAS / cuSOLVER). gemm works
   // on every backend; these handles are for code that calls the vendor libraries itself.
   bool vendor_math_handles = false;
-  // IPC handles can be opened in another process. No backend opens them in the exporting
-  // process (CUDA refuses with CUDA_ERROR_INVALID_CONTEXT, and so does the emulated backend).
+  // IPC handles (mem_ipc_handle / event_ipc_handle) can be opened in another process. No
+  // backend opens them in the exporting process (CUDA refuses with CUDA_ERROR_INVALID_CONTEXT,
+  // and so does the emulated backend). Physical memory shared through vm_export_fd opens in
+  // other processes on every backend, whatever this says.
   bool cross_process_ipc = false;
   // Telemetry comes from hardware sensors (NVML); otherwise from the backend's documented
   // model (utilization measured from its own workers, sensors derived from it).
@@ -271,6 +273,21 @@ class Backend {
       throw;
     }
   }
+  // Sharing physical memory with another process (IPC of expandable segments, src/memory/
+  // ipc.cpp; the descriptor travels with pidfd_getfd, so no server thread is needed).
+  // A new file descriptor (close-on-exec, owned by the caller) for the physical allocation
+  // `h` of vm_create (cuda: cuMemExportToShareableHandle, POSIX file descriptor; emulated: the
+  // memfd behind h). The memory lives while any process holds a handle, a mapping or such a
+  // descriptor. NotSupportedError saying why when h cannot be shared (cuda: the driver refused
+  // the shareable handle type when vm_create asked for it; vm_create then made an unshareable
+  // allocation rather than fail).
+  virtual int vm_export_fd(PhysMemHandle h) = 0;
+  // A physical allocation handle, for vm_map / vm_destroy in this process, of the allocation
+  // behind `fd`, a descriptor vm_export_fd made (in this or another process) of a `bytes`-long
+  // allocation on `device`. Does not take `fd` (the caller closes it). The memory is not
+  // counted against `device` here (it is the exporter's). AcceleratorError invalid_value (or
+  // the driver's code) when fd is not such a descriptor; emulated also checks `bytes`.
+  virtual PhysMemHandle vm_import_fd(int device, int fd, std::size_t bytes) = 0;
   // Device owning a pointer, or -1 for host/unknown memory.
   virtual int pointer_device(const void* ptr) = 0;
 

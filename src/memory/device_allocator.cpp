@@ -539,15 +539,25 @@ std::uintptr_t DeviceAllocator::segment_base(const void* ptr, std::size_t* segme
   const Block* b = live_block(ptr);
   if (!b) return 0;
   if (b->expandable)
-    throw NotSupportedError("IPC export of memory in an expandable segment is not supported: "
-                            "set CUDAKIT_ALLOC_CONF=expandable_segments:False in the exporting "
-                            "process");
+    throw NotSupportedError("memory in an expandable segment has no segment allocation of "
+                            "its own (ipc_export shares its chunks: share_expandable)");
   while (b->prev) b = b->prev;
   if (segment_size) {
     *segment_size = 0;
     for (const Block* x = b; x; x = x->next) *segment_size += x->size;
   }
   return b->ptr;
+}
+
+bool DeviceAllocator::share_expandable(const void* ptr, ExpandableShare& out) {
+  Locked lock(*this);
+  const Block* b = live_block(ptr);
+  if (!b || !b->expandable) return false;
+  ExpandableSegment& es = *b->expandable;
+  out.chunk = es.chunk_bytes();
+  out.va = es.base + (b->ptr - es.base) / out.chunk * out.chunk;
+  out.chunks = es.share(b->ptr, b->size);
+  return true;
 }
 
 bool DeviceAllocator::record_stream(void* ptr, detail::StreamHandle stream) {

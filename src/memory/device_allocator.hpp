@@ -94,8 +94,19 @@ class DeviceAllocator {
   bool info(const void* ptr, AllocationInfo& out);
   // Base address of the device allocation (segment) holding live block `ptr`, or 0 if
   // `ptr` is not live here; its size in *segment_size when given. Throws NotSupportedError
-  // for expandable segments.
+  // for expandable segments (see share_expandable).
   std::uintptr_t segment_base(const void* ptr, std::size_t* segment_size = nullptr);
+  // IPC export of live block `ptr` in an expandable segment (ipc.cpp): the physical chunks
+  // covering the block, exported (ExpandableSegment::share), and `va`, the address of the
+  // first. False when `ptr` is not a live block of an expandable segment here. The export
+  // call runs under the locks (it does not wait for the device; the chunks must not be
+  // detached meanwhile). Throws NotSupportedError when the backend cannot share them.
+  struct ExpandableShare {
+    std::uintptr_t va = 0;
+    std::size_t chunk = 0;
+    std::vector<ExpandableSegment::SharedChunk> chunks;
+  };
+  bool share_expandable(const void* ptr, ExpandableShare& out);
   // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
   bool record_stream(void* ptr, detail::StreamHandle stream);
 

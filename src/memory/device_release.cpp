@@ -79,8 +79,9 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
       } else if (d.unmapping) {
         unmapped = true;
         ExpandableSegment::unmap(backend_, d.chunks, vm_calls_);
-        if (!d.keep_handles)
-          for (const auto& c : d.chunks) ExpandableSegment::destroy(backend_, c.handle, vm_calls_);
+        // Exported chunks are never kept as spares (expandable_segment.hpp).
+        for (const auto& c : d.chunks)
+          if (!d.keep_handles || c.fd >= 0) ExpandableSegment::destroy(backend_, c.handle, vm_calls_);
       } else if (!d.destroy.empty()) {
         unmapped = true;
         for (detail::PhysMemHandle h : d.destroy) ExpandableSegment::destroy(backend_, h, vm_calls_);

@@ -2,9 +2,12 @@
 // (map) and shrink (unmap) them.
 #include "memory/expandable_segment.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "memory/device_allocator.hpp"
 #include "cudakit/device.hpp"
@@ -14,6 +17,7 @@ namespace cudakit::memory {
 
 namespace {
 std::atomic<std::uint64_t> g_next_es_id{1u << 20};  // distinct from plain segment ids
+std::atomic<std::uint64_t> g_next_share_serial{1};
 constexpr std::size_t kMapAhead = 40 * kMiB;
 }
 
@@ -133,7 +137,14 @@ std::size_t ExpandableSegment::detach(std::uintptr_t addr, std::size_t bytes,
   std::size_t n = 0;
   for (std::size_t i = first; i < last; ++i) {
     if (!handle_[i]) continue;
-    out.push_back(DetachedChunk{base + i * chunk_, chunk_, handle_[i]});
+    int fd = -1;
+    if (!exported_.empty()) {
+      if (auto e = exported_.find(i); e != exported_.end()) {
+        fd = e->second.fd;
+        exported_.erase(e);
+      }
+    }
+    out.push_back(DetachedChunk{base + i * chunk_, chunk_, handle_[i], fd});
     handle_[i] = 0;
     --mapped_chunks_;
     ++n;
@@ -141,8 +152,34 @@ std::size_t ExpandableSegment::detach(std::uintptr_t addr, std::size_t bytes,
   return n * chunk_;
 }
 
+std::vector<ExpandableSegment::SharedChunk> ExpandableSegment::share(std::uintptr_t addr,
+                                                                    std::size_t bytes) {
+  const std::size_t first = (addr - base) / chunk_;
+  const std::size_t last = (addr - base + bytes + chunk_ - 1) / chunk_;
+  std::vector<SharedChunk> out;
+  out.reserve(last - first);
+  for (std::size_t i = first; i < last; ++i) {
+    if (!handle_[i]) throw std::logic_error("ExpandableSegment::share: chunk not mapped");
+    auto [it, fresh] = exported_.try_emplace(i);
+    if (fresh) {
+      try {
+        it->second.fd = backend.vm_export_fd(handle_[i]);
+      } catch (...) {
+        exported_.erase(it);
+        throw;
+      }
+      it->second.serial = g_next_share_serial.fetch_add(1, std::memory_order_relaxed);
+    }
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 void ExpandableSegment::unmap(detail::Backend& backend, const std::vector<DetachedChunk>& chunks,
                               VmCallCounts& calls) {
+  // Descriptors first: closing them never fails, and the mapping keeps the memory meanwhile.
+  for (const DetachedChunk& c : chunks)
+    if (c.fd >= 0) ::close(c.fd);
   for (const DetachedChunk& c : chunks) {
     backend.vm_unmap(c.va, c.bytes);
     VmCallCounts::bump(calls.unmap);
@@ -446,10 +483,16 @@ void DeviceAllocator::finish_unmap(const Deferred& d) {
   Block* mid = d.unmapping;
   BlockPool& pool = *mid->pool;
   if (d.keep_handles) {
+    // Exported chunks were destroyed (run_deferred): only the others become spares.
     auto& spares = pool.is_small ? spare_small_ : spare_large_;
-    for (const auto& c : d.chunks) spares.push_back(c.handle);
-    spare_bytes_ += d.bytes;
-    stats_.pages_unmapped(pool.is_small, 0, 1);  // still reserved: held as spares
+    std::size_t kept = 0;
+    for (const auto& c : d.chunks) {
+      if (c.fd >= 0) continue;
+      spares.push_back(c.handle);
+      kept += c.bytes;
+    }
+    spare_bytes_ += kept;
+    stats_.pages_unmapped(pool.is_small, d.bytes - kept, 1);  // spares: still reserved
   } else {
     stats_.pages_unmapped(pool.is_small, d.bytes, 1);
   }

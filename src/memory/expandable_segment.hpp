@@ -19,6 +19,15 @@
 // returns the chunks; unmap() runs afterwards, without the locks. The pages stay covered by
 // a block marked `releasing` meanwhile, so nobody maps them again early.
 //
+// IPC export (ipc.cpp, torch >= 2.5's expandable-segment sharing): share() makes one
+// descriptor per physical chunk (Backend::vm_export_fd) on the chunk's first export and keeps
+// it open while the chunk stays mapped here, so another process can fetch it with
+// pidfd_getfd for as long as the exporting memory is live (the contract of ordinary IPC
+// handles: the exporter keeps the allocation alive while importers may open it). Detaching
+// a chunk hands its descriptor over (DetachedChunk::fd), and unmap() closes it. An exported
+// chunk is destroyed when unmapped, never kept as a spare: an importer may still map its
+// physical memory, which must not come back here as another allocation.
+//
 // Thread-safety: used under the owning DeviceAllocator's locks, except the static unmap() and
 // destroy() (they touch no segment state).
 #pragma once
@@ -26,6 +35,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -58,6 +68,13 @@ struct ExpandableSegment {
     std::uintptr_t va = 0;
     std::size_t bytes = 0;
     detail::PhysMemHandle handle = 0;
+    int fd = -1;  // exported descriptor (closed by unmap; the chunk must then be destroyed)
+  };
+  // A chunk's export: its descriptor in this process and a process-wide serial number (an
+  // importer's cache tells re-exports of reused descriptor numbers apart by it).
+  struct SharedChunk {
+    int fd = -1;
+    std::uint64_t serial = 0;
   };
 
   // Maps every unmapped chunk overlapping [addr, addr+bytes), taking physical handles from
@@ -72,7 +89,11 @@ struct ExpandableSegment {
   // Takes the mapped chunks inside the chunk-aligned [addr, addr+bytes) out of the page
   // table (they read as unmapped from now on) and appends them to `out`. Returns their bytes.
   std::size_t detach(std::uintptr_t addr, std::size_t bytes, std::vector<DetachedChunk>& out);
-  // Driver calls, no allocator lock needed or wanted.
+  // The chunks covering [addr, addr+bytes) (all must be mapped), in address order; exports
+  // (vm_export_fd) those not exported yet. Throws what vm_export_fd throws (NotSupportedError
+  // when the backend's chunks cannot be shared); chunks exported before a failure stay so.
+  std::vector<SharedChunk> share(std::uintptr_t addr, std::size_t bytes);
+  // Driver calls, no allocator lock needed or wanted. unmap also closes exported descriptors.
   static void unmap(detail::Backend& backend, const std::vector<DetachedChunk>& chunks,
                     VmCallCounts& calls);
   static void destroy(detail::Backend& backend, detail::PhysMemHandle h, VmCallCounts& calls);
@@ -94,6 +115,7 @@ struct ExpandableSegment {
   std::size_t chunk_ = 0;
   std::vector<detail::PhysMemHandle> handle_;  // per chunk; 0 = unmapped
   std::size_t mapped_chunks_ = 0;
+  std::unordered_map<std::size_t, SharedChunk> exported_;  // chunk index -> its export
 };
 
 }  // namespace cudakit::memory

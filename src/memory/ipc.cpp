@@ -3,7 +3,35 @@
 // process and reference-counts it; ipc_collect closes segments nobody references.
 // The driver's close runs outside the registry's mutex (locks.hpp: a release may wait for the
 // device, and ipc_close may be called by a finaliser).
+//
+// Expandable segments have no segment allocation to hand out: their memory is a run of
+// physical chunks mapped into reserved address space. Export (as torch >= 2.5) shares the
+// chunks covering the allocation: each chunk's file descriptor (Backend::vm_export_fd, made on
+// its first export and kept open by the segment while the chunk stays mapped, see
+// expandable_segment.hpp) goes into the handle with the exporter's pid. The importer fetches
+// the descriptors with pidfd_open + pidfd_getfd (Linux >= 5.6; no server thread in the
+// exporter), imports them (Backend::vm_import_fd), maps them back to back into address space
+// it reserves, and on close unmaps, destroys and releases them. Handle layout:
+//   bytes[64]: VmHeader (magic "ckVMipc1", pid, chunk count, chunk bytes);
+//   chunks:    one VmChunk per chunk, in address order (fd in the exporter; device and inode
+//              of the file it names, so a descriptor number reused for another file after
+//              the exporter released the chunk is detected; a serial number, so a handle
+//              re-made from reused numbers never hits the importer's cache of older ones).
+// Lifetime: as for ordinary handles, the exporter keeps the allocation alive until importers
+// have opened it; once imported, the memory stays valid for the importer whatever the
+// exporter does (the driver, or the kernel for the emulated backend's memfds, frees physical
+// memory when the last process lets go of it). Exported chunks are never reused by the
+// exporter for other allocations while an importer might map them (expandable_segment.hpp).
+//
+// Thread-safety: every function is thread-safe (g_ipc_mutex guards the registry).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -14,16 +42,218 @@
 #include "memory/device_allocator.hpp"
 #include "memory/locks.hpp"
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
 namespace cudakit {
 namespace {
+constexpr char kVmMagic[8] = {'c', 'k', 'V', 'M', 'i', 'p', 'c', '1'};
+
+struct VmHeader {
+  char magic[8];
+  std::int32_t pid;
+  std::uint32_t count;
+  std::uint64_t chunk_bytes;
+};
+struct VmChunk {
+  std::int32_t fd;
+  std::uint32_t reserved;
+  std::uint64_t dev, ino, serial;
+};
+static_assert(sizeof(VmHeader) <= sizeof(IpcMemHandle::bytes));
+static_assert(sizeof(VmChunk) == 32);
+
+// An imported expandable range (vm == true) or an opened segment handle.
 struct Opened {
   void* base = nullptr;
   int refs = 0;
+  bool vm = false;
+  std::uintptr_t va = 0;
+  std::size_t bytes = 0, chunk = 0;
+  std::vector<detail::PhysMemHandle> handles;
 };
 std::mutex g_ipc_mutex;
 std::map<std::string, Opened> g_opened;             // handle bytes -> mapping
 std::map<void*, std::string> g_user_ptr_to_handle;  // returned pointer -> handle key
 std::map<std::string, int> g_exported;              // handles this process exported
+
+std::string key_of(const IpcMemHandle& h) {
+  std::string key(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes);
+  key.append(reinterpret_cast<const char*>(h.chunks.data()), h.chunks.size());
+  return key;
+}
+
+bool is_vm_handle(const IpcMemHandle& h) {
+  return std::memcmp(h.bytes, kVmMagic, sizeof kVmMagic) == 0;
+}
+
+IpcMemHandle export_expandable(int device, const memory::DeviceAllocator::ExpandableShare& s,
+                               std::uintptr_t ptr) {
+  IpcMemHandle h;
+  VmHeader hd{};
+  std::memcpy(hd.magic, kVmMagic, sizeof kVmMagic);
+  hd.pid = static_cast<std::int32_t>(::getpid());
+  hd.count = static_cast<std::uint32_t>(s.chunks.size());
+  hd.chunk_bytes = s.chunk;
+  std::memcpy(h.bytes, &hd, sizeof hd);
+  h.chunks.resize(s.chunks.size() * sizeof(VmChunk));
+  for (std::size_t i = 0; i < s.chunks.size(); ++i) {
+    struct stat st {};
+    if (::fstat(s.chunks[i].fd, &st) != 0)
+      throw Error("ipc_export: fstat of an exported chunk's descriptor failed: " +
+                  std::string(std::strerror(errno)));
+    VmChunk c{};
+    c.fd = s.chunks[i].fd;
+    c.dev = static_cast<std::uint64_t>(st.st_dev);
+    c.ino = static_cast<std::uint64_t>(st.st_ino);
+    c.serial = s.chunks[i].serial;
+    std::memcpy(h.chunks.data() + i * sizeof c, &c, sizeof c);
+  }
+  h.device = device;
+  h.offset = ptr - s.va;
+  return h;
+}
+
+// A descriptor of process `pidfd` (pid for messages) in this process; throws naming the cause.
+int fetch_fd(int pidfd, int pid, const VmChunk& c, std::size_t index) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, c.fd, 0));
+  if (fd >= 0) {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == c.dev &&
+        static_cast<std::uint64_t>(st.st_ino) == c.ino)
+      return fd;
+    ::close(fd);
+  }
+  const int err = fd >= 0 ? 0 : errno;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  if (err == EPERM || err == EACCES)
+    throw IoError(
+        err, proc,
+        "ipc_import: pidfd_getfd may not take a descriptor from process " + std::to_string(pid) +
+            " (EPERM): importing memory of an expandable segment needs ptrace access to the "
+            "exporting process (the same user, and with Yama's ptrace_scope >= 1 in "
+            "/proc/sys/kernel/yama/ptrace_scope, the importer must be an ancestor of the "
+            "exporter). Fix: import in a parent of the exporting process, or set "
+            "kernel.yama.ptrace_scope=0 (sysctl), or give the importer CAP_SYS_PTRACE, or "
+            "export from memory outside expandable segments (CUDAKIT_ALLOC_CONF="
+            "expandable_segments:False in the exporting process)");
+  if (err == ENOSYS)
+    throw NotSupportedError(
+        "ipc_import: this kernel has no pidfd_getfd system call (Linux >= 5.6 needed, or a "
+        "seccomp filter forbids it), which importing memory of an expandable segment needs: "
+        "set CUDAKIT_ALLOC_CONF=expandable_segments:False in the exporting process");
+  throw Error("ipc_import: the handle is stale: process " + std::to_string(pid) +
+              " no longer holds chunk " + std::to_string(index) + "'s descriptor " +
+              std::to_string(c.fd) + (err ? std::string(" (") + std::strerror(err) + ")" : "") +
+              " (the exported allocation was freed and its memory released; the exporter "
+              "must keep the allocation alive until every importer has opened the handle)");
+}
+
+// Imports an expandable-segment handle (g_ipc_mutex held): reserves, imports, maps.
+void open_expandable(const IpcMemHandle& handle, Opened& o) {
+  detail::Backend& b = detail::backend();
+  VmHeader hd{};
+  std::memcpy(&hd, handle.bytes, sizeof hd);
+  const std::size_t gran = b.vm_granularity(handle.device);
+  if (hd.count == 0 || handle.chunks.size() != hd.count * sizeof(VmChunk) ||
+      hd.chunk_bytes == 0 || hd.chunk_bytes % gran != 0 || hd.chunk_bytes > (SIZE_MAX >> 1) / hd.count)
+    throw ValueError("ipc_import: not a handle made by ipc_export: the chunk table of an "
+                     "expandable-segment handle does not match its header (" +
+                     std::to_string(handle.chunks.size()) + " bytes for " +
+                     std::to_string(hd.count) + " chunks of " +
+                     std::to_string(hd.chunk_bytes) + " bytes)");
+  const std::size_t bytes = hd.count * hd.chunk_bytes;
+  if (handle.offset + handle.size > bytes)
+    throw ValueError("ipc_import: handle.offset " + std::to_string(handle.offset) +
+                     " + handle.size " + std::to_string(handle.size) + " runs past the " +
+                     std::to_string(bytes) + " bytes of the exported chunks");
+  if (hd.pid == static_cast<std::int32_t>(::getpid()))
+    throw ValueError("ipc_import: this handle was exported by this process: use the original "
+                     "pointer here, and import the handle in another process");
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, hd.pid, 0));
+  if (pidfd < 0) {
+    const int err = errno;
+    if (err == ENOSYS)
+      throw NotSupportedError(
+          "ipc_import: this kernel has no pidfd_open system call (Linux >= 5.6 needed), which "
+          "importing memory of an expandable segment needs: set CUDAKIT_ALLOC_CONF="
+          "expandable_segments:False in the exporting process");
+    throw IoError(err, "/proc/" + std::to_string(hd.pid),
+                  "ipc_import: the handle is stale: its exporting process " +
+                      std::to_string(hd.pid) + " cannot be reached (" + std::strerror(err) +
+                      "; it has exited?)");
+  }
+  std::vector<VmChunk> table(hd.count);
+  std::memcpy(table.data(), handle.chunks.data(), handle.chunks.size());
+  std::uintptr_t va = 0;
+  std::vector<detail::PhysMemHandle> handles;
+  try {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const int fd = fetch_fd(pidfd, hd.pid, table[i], i);
+      try {
+        handles.push_back(b.vm_import_fd(handle.device, fd, hd.chunk_bytes));
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      ::close(fd);
+    }
+    va = b.vm_reserve(handle.device, bytes);
+    if (!va)
+      throw OutOfMemoryError("ipc_import: cannot reserve " + std::to_string(bytes) +
+                                 " bytes of address space for the imported memory",
+                             handle.device, bytes);
+    b.vm_map_chunks(va, hd.chunk_bytes, handles.data(), handles.size(), handle.device);
+  } catch (...) {
+    ::close(pidfd);
+    for (detail::PhysMemHandle h : handles) {
+      try {
+        b.vm_destroy(h);
+      } catch (...) {  // keep the first error
+      }
+    }
+    if (va) {
+      try {
+        b.vm_release(va, bytes);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  ::close(pidfd);
+  o.vm = true;
+  o.va = va;
+  o.bytes = bytes;
+  o.chunk = hd.chunk_bytes;
+  o.handles = std::move(handles);
+  o.base = reinterpret_cast<void*>(va);
+}
+
+void close_opened(detail::Backend& b, const Opened& o) {
+  if (!o.vm) {
+    b.mem_close_ipc(o.base);
+    return;
+  }
+  std::exception_ptr error;
+  auto attempt = [&](auto&& f) {
+    try {
+      f();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  };
+  // Chunk by chunk: cuMemUnmap takes whole mappings.
+  for (std::size_t off = 0; off < o.bytes; off += o.chunk)
+    attempt([&] { b.vm_unmap(o.va + off, o.chunk); });
+  for (detail::PhysMemHandle h : o.handles) attempt([&] { b.vm_destroy(h); });
+  attempt([&] { b.vm_release(o.va, o.bytes); });
+  if (error) std::rethrow_exception(error);
+}
 }  // namespace
 
 IpcMemHandle ipc_export(void* ptr) {
@@ -31,17 +261,23 @@ IpcMemHandle ipc_export(void* ptr) {
   if (!info)
     throw ValueError("ipc_export: pointer is not a live allocation of cudakit's caching "
                      "allocator");
+  memory::DeviceAllocator& a = memory::device_allocator(info->device);
   IpcMemHandle h;
-  // The driver exports whole allocations: export the segment and the offset inside it.
-  const std::uintptr_t base = memory::device_allocator(info->device).segment_base(ptr);
-  detail::IpcHandle raw = detail::backend().mem_ipc_handle(reinterpret_cast<void*>(base));
-  std::copy(std::begin(raw.bytes), std::end(raw.bytes), h.bytes);
-  {
-    std::lock_guard lock(g_ipc_mutex);
-    g_exported[std::string(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes)] = info->device;
+  memory::DeviceAllocator::ExpandableShare share;
+  if (a.share_expandable(ptr, share)) {
+    h = export_expandable(info->device, share, reinterpret_cast<std::uintptr_t>(ptr));
+  } else {
+    // The driver exports whole allocations: export the segment and the offset inside it.
+    const std::uintptr_t base = a.segment_base(ptr);
+    detail::IpcHandle raw = detail::backend().mem_ipc_handle(reinterpret_cast<void*>(base));
+    std::copy(std::begin(raw.bytes), std::end(raw.bytes), h.bytes);
+    {
+      std::lock_guard lock(g_ipc_mutex);
+      g_exported[key_of(h)] = info->device;
+    }
+    h.device = info->device;
+    h.offset = reinterpret_cast<std::uintptr_t>(ptr) - base;
   }
-  h.device = info->device;
-  h.offset = reinterpret_cast<std::uintptr_t>(ptr) - base;
   h.size = info->requested;
   return h;
 }
@@ -57,7 +293,14 @@ void* ipc_import(const IpcMemHandle& handle) {
                      " + handle.size " + std::to_string(handle.size) +
                      " is not a valid range (a handle from ipc_export has size >= 1 and "
                      "offset + size within the exported segment)");
-  std::string key(reinterpret_cast<const char*>(handle.bytes), sizeof handle.bytes);
+  const bool vm = is_vm_handle(handle);
+  if (vm != !handle.chunks.empty())
+    throw ValueError(vm ? "ipc_import: this handle of memory in an expandable segment lacks "
+                          "its chunk table (IpcMemHandle::chunks; in Python, the handle's "
+                          "bytes past the first 64)"
+                        : "ipc_import: not a handle made by ipc_export (chunk table without "
+                          "the header of an expandable-segment handle)");
+  std::string key = key_of(handle);
   std::lock_guard lock(g_ipc_mutex);
   // No backend opens a handle in the process that exported it (CUDA answers
   // CUDA_ERROR_INVALID_CONTEXT, and the emulated backend does the same); say so clearly.
@@ -67,10 +310,14 @@ void* ipc_import(const IpcMemHandle& handle) {
                      "here, and import the handle in another process");
   Opened& o = g_opened[key];
   if (!o.base) {
-    detail::IpcHandle raw;
-    std::copy(std::begin(handle.bytes), std::end(handle.bytes), raw.bytes);
     try {
-      o.base = detail::backend().mem_open_ipc(raw);
+      if (vm) {
+        open_expandable(handle, o);
+      } else {
+        detail::IpcHandle raw;
+        std::copy(std::begin(handle.bytes), std::end(handle.bytes), raw.bytes);
+        o.base = detail::backend().mem_open_ipc(raw);
+      }
     } catch (...) {
       g_opened.erase(key);
       throw;
@@ -97,12 +344,12 @@ void ipc_close(void* ptr) {
 }
 
 void ipc_collect() {
-  std::vector<void*> close;
+  std::vector<Opened> close;
   {
     std::lock_guard lock(g_ipc_mutex);
     for (auto it = g_opened.begin(); it != g_opened.end();) {
       if (it->second.refs <= 0) {
-        if (it->second.base) close.push_back(it->second.base);
+        if (it->second.base) close.push_back(std::move(it->second));
         it = g_opened.erase(it);
       } else {
         ++it;
@@ -111,9 +358,10 @@ void ipc_collect() {
   }
   std::exception_ptr error;
   memory::WaitScope wait;
-  for (void* base : close) {
+  detail::Backend& b = detail::backend();
+  for (const Opened& o : close) {
     try {
-      detail::backend().mem_close_ipc(base);
+      close_opened(b, o);
     } catch (...) {
       if (!error) error = std::current_exception();
     }

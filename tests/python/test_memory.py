@@ -1,5 +1,6 @@
 """cudakit.memory: torch.cuda.memory's names and behaviour on the current backend."""
 import gc
+import multiprocessing
 import os
 import pickle
 import subprocess
@@ -87,6 +88,120 @@ def test_fraction_summary_backend_info():
     assert 0 < free <= total
     assert mem.list_gpu_processes().startswith("GPU:0")
     mem.ipc_collect()
+
+
+# ---- IPC of memory in expandable segments (issue 15 item 1) ----
+# The exporter is a spawned child; this process (its parent) imports: a parent may always take
+# a child's descriptors with pidfd_getfd, whatever Yama's ptrace_scope says.
+_EXP_N = (19 << 20) // 8  # float64 elements: several 8 MiB chunks
+
+
+def _expandable_exporter(conn, n):
+    import cudakit
+    import cudakit.memory as mem
+    mem._set_allocator_settings("expandable_segments:True")
+    lead = cudakit.empty(5 << 20, dtype=cudakit.uint8)  # the tensor then starts inside a chunk
+    t = cudakit.arange(n, dtype=cudakit.float64)
+    cudakit.synchronize()
+    try:
+        conn.send(mem._ipc_export(t.data_ptr()))
+    except NotImplementedError as e:  # cuda: the driver refused shareable chunks
+        conn.send(str(e))
+        return
+    if conn.recv() == "check":
+        conn.send(float(t.sum()))  # sees what the importer wrote
+    conn.recv()  # the importer is done
+    del lead, t
+
+
+class _DeviceView:
+    """A DLPack producer (legacy capsule) of n float64 at a raw device address, for
+    cudakit.from_dlpack. Must outlive the tensor made from it (it owns the DLPack struct)."""
+
+    def __init__(self, ptr, n, device):
+        import ctypes as c
+
+        class DLDevice(c.Structure):
+            _fields_ = [("device_type", c.c_int32), ("device_id", c.c_int32)]
+
+        class DLDataType(c.Structure):
+            _fields_ = [("code", c.c_uint8), ("bits", c.c_uint8), ("lanes", c.c_uint16)]
+
+        class DLTensor(c.Structure):
+            _fields_ = [("data", c.c_void_p), ("device", DLDevice), ("ndim", c.c_int32),
+                        ("dtype", DLDataType), ("shape", c.POINTER(c.c_int64)),
+                        ("strides", c.POINTER(c.c_int64)), ("byte_offset", c.c_uint64)]
+
+        class DLManagedTensor(c.Structure):
+            _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c.c_void_p),
+                        ("deleter", c.c_void_p)]
+
+        self._c = c
+        self._device = device
+        self._shape = (c.c_int64 * 1)(n)
+        tensor = DLTensor(ptr, DLDevice(2, device), 1, DLDataType(2, 64, 1), self._shape, None, 0)
+        self._managed = DLManagedTensor(tensor, None, None)  # kDLCUDA, kDLFloat 64
+
+    def __dlpack_device__(self):
+        return (2, self._device)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        new = self._c.pythonapi.PyCapsule_New
+        new.restype = self._c.py_object
+        new.argtypes = [self._c.c_void_p, self._c.c_char_p, self._c.c_void_p]
+        return new(self._c.addressof(self._managed), b"dltensor", None)
+
+
+def _share_expandable_with_child(strict):
+    ctx = multiprocessing.get_context("spawn")
+    conn, child_conn = ctx.Pipe()
+    proc = ctx.Process(target=_expandable_exporter, args=(child_conn, _EXP_N))
+    proc.start()
+    n = _EXP_N
+    try:
+        handle = conn.recv()
+        if isinstance(handle, str):
+            assert not strict, handle
+            pytest.skip(handle)
+        data, device, offset, size = handle
+        assert len(data) > 64 and (len(data) - 64) % 32 == 0 and offset > 0 and size == 8 * n
+        with pytest.raises(ValueError, match="chunk table"):
+            mem._ipc_import((data[:64], device, offset, size))
+        with pytest.raises(ValueError, match="at least 64 bytes"):
+            mem._ipc_import((data[:10], device, offset, size))
+        ptr = mem._ipc_import(handle)
+        producer = _DeviceView(ptr, n, device)
+        view = cudakit.from_dlpack(producer)
+        assert float(view.sum()) == n * (n - 1) / 2, "the importer does not see the exporter's data"
+        view.fill_(7.0)
+        cudakit.synchronize()
+        conn.send("check")
+        assert conn.recv() == 7.0 * n, "the exporter does not see the importer's data"
+        conn.send("done")
+        proc.join(60)
+        assert proc.exitcode == 0
+        assert float(view.sum()) == 7.0 * n  # still mapped here after the exporter exited
+        del view, producer
+        mem._ipc_close(ptr)
+        mem.ipc_collect()
+        # The exporter is gone: its handle is stale, and says so.
+        with pytest.raises((RuntimeError, OSError), match="stale"):
+            mem._ipc_import(handle)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(60)
+
+
+def test_ipc_of_expandable_segments_across_processes():
+    _share_expandable_with_child(strict=False)
+
+
+@pytest.mark.gpu
+def test_ipc_of_expandable_segments_on_the_gpu():
+    # The cuda path (cuMemCreate chunks with POSIX descriptors, cuMemExportToShareableHandle,
+    # cuMemImportFromShareableHandle): on a GPU the driver must share them, no skip.
+    _share_expandable_with_child(strict=True)
 
 
 def test_caching_disabled_and_empty_cache():

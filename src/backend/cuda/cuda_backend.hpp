@@ -87,6 +87,8 @@ class CudaBackend final : public Backend {
   void vm_unmap(std::uintptr_t va, std::size_t bytes) override;
   void vm_map_chunks(std::uintptr_t va, std::size_t chunk, const PhysMemHandle* h, std::size_t n,
                      int device) override;
+  int vm_export_fd(PhysMemHandle h) override;
+  PhysMemHandle vm_import_fd(int device, int fd, std::size_t bytes) override;
   int pointer_device(const void* ptr) override;
 
   // ---- copies ----
@@ -249,6 +251,9 @@ class CudaBackend final : public Backend {
     std::atomic<CUcontext> ctx{nullptr};
     std::once_flag info_once;
     DeviceInfo info;
+    // Whether vm_create asks for POSIX-descriptor-shareable memory (cuda_memory.cpp):
+    // 0 not yet known, 1 yes, 2 the driver refused (vm_share_refusal_ says why).
+    std::atomic<int> vm_fd_share{0};
   };
   DeviceSlot& slot(int device, const char* what);
   void build_slots();
@@ -256,6 +261,10 @@ class CudaBackend final : public Backend {
   // Ordinal of the device of the thread's current context (-1: none / not ours); caches it
   // in thread_current_device() when that context is our primary context. Needs a usable driver.
   int device_of_current_context(CUcontext* current);
+
+  // Why the driver refused shareable physical memory (first refusal; vm_export_fd reports it).
+  std::mutex vm_share_mu_;
+  std::string vm_share_refusal_;
 
   std::once_flag slots_once_;
   std::unique_ptr<DeviceSlot[]> slots_;

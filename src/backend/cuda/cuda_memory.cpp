@@ -3,9 +3,14 @@
 // Allocation calls return nullptr / 0 on CUDA_ERROR_OUT_OF_MEMORY (the caching allocator frees
 // cached blocks and retries before it reports); every other failure throws.
 // Release calls are silent no-ops once the process is exiting (no driver calls at exit).
+#include <fcntl.h>
+
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "cudakit/error.hpp"
 
 namespace cudakit::detail::cuda {
 namespace {
@@ -128,15 +133,98 @@ void CudaBackend::vm_release(std::uintptr_t va, std::size_t bytes) {
   if (!ignorable_at_release(rc)) check(rc, "cuMemAddressFree");
 }
 
+// Physical chunks ask for CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR so that expandable
+// segments can be shared with other processes (vm_export_fd), as torch >= 2.5 does. A driver
+// or device that refuses the handle type (the device attribute says so, or cuMemCreate fails
+// with it and succeeds without it) gets unshareable chunks from then on: allocation never
+// fails for want of sharing; vm_export_fd reports the refusal instead.
 PhysMemHandle CudaBackend::vm_create(int device, std::size_t bytes) {
   ContextScope scope(*this, device, "vm_create");
   const EntryPoints& t = api("vm_create");
+  auto create = CUDAKIT_CU_OPTIONAL(t, cuMemCreate);
+  DeviceSlot& d = slot(device, "vm_create");
+  static_assert(sizeof(PhysMemHandle) == sizeof(CUmemGenericAllocationHandle));
+  auto refuse = [&](const std::string& why) {
+    d.vm_fd_share.store(2, std::memory_order_release);
+    std::lock_guard lock(vm_share_mu_);
+    if (vm_share_refusal_.empty())
+      vm_share_refusal_ = "device " + std::to_string(device) + ": " + why;
+  };
+  int share = d.vm_fd_share.load(std::memory_order_acquire);
+  if (share == 0) {
+    int supported = 0;
+    const CUresult a = t.cuDeviceGetAttribute(
+        &supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, d.dev);
+    if (!t.cuMemExportToShareableHandle || !t.cuMemImportFromShareableHandle) {
+      refuse("the driver lacks cuMemExportToShareableHandle / cuMemImportFromShareableHandle");
+      share = 2;
+    } else if (a != CUDA_SUCCESS || supported == 0) {
+      refuse("the device does not support POSIX file descriptor handles for cuMemCreate "
+             "memory (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)");
+      share = 2;
+    }
+  }
   CUmemAllocationProp prop = pinned_on(device);
   CUmemGenericAllocationHandle h = 0;
-  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemCreate)(&h, bytes, &prop, 0);
+  if (share != 2) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    const CUresult rc = create(&h, bytes, &prop, 0);
+    if (rc == CUDA_SUCCESS) {
+      if (share == 0) d.vm_fd_share.store(1, std::memory_order_release);
+      return static_cast<PhysMemHandle>(h);
+    }
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) return 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    const CUresult plain = create(&h, bytes, &prop, 0);
+    if (plain == CUDA_ERROR_OUT_OF_MEMORY) return 0;
+    check(plain, "cuMemCreate");
+    const char* name = nullptr;
+    if (t.cuGetErrorName(rc, &name) != CUDA_SUCCESS || !name) name = "an unknown error";
+    refuse(std::string("cuMemCreate refused CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (") + name +
+           ") and succeeded without it");
+    return static_cast<PhysMemHandle>(h);
+  }
+  CUresult rc = create(&h, bytes, &prop, 0);
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return 0;
   check(rc, "cuMemCreate");
-  static_assert(sizeof(PhysMemHandle) == sizeof(CUmemGenericAllocationHandle));
+  return static_cast<PhysMemHandle>(h);
+}
+
+int CudaBackend::vm_export_fd(PhysMemHandle h) {
+  const EntryPoints& t = api("vm_export_fd");
+  auto fn = CUDAKIT_CU_OPTIONAL(t, cuMemExportToShareableHandle);
+  int fd = -1;
+  const CUresult rc = with_context_retry("vm_export_fd", [&] {
+    return fn(&fd, static_cast<CUmemGenericAllocationHandle>(h),
+              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  });
+  if (rc != CUDA_SUCCESS) {
+    std::string refusal;
+    {
+      std::lock_guard lock(vm_share_mu_);
+      refusal = vm_share_refusal_;
+    }
+    if (!refusal.empty())
+      throw NotSupportedError(
+          "IPC export of memory in an expandable segment needs physical memory shareable as a "
+          "POSIX file descriptor, and the driver refused it (" + refusal + "): set "
+          "CUDAKIT_ALLOC_CONF=expandable_segments:False in the exporting process");
+    throw_cu(rc, "cuMemExportToShareableHandle");
+  }
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // the driver's descriptor must not leak into exec'd children
+  return fd;
+}
+
+PhysMemHandle CudaBackend::vm_import_fd(int device, int fd, std::size_t bytes) {
+  (void)bytes;  // the driver knows the size; a wrong one makes vm_map fail
+  ContextScope scope(*this, device, "vm_import_fd");
+  const EntryPoints& t = api("vm_import_fd");
+  CUmemGenericAllocationHandle h = 0;
+  // The POSIX descriptor travels in the pointer-sized argument (driver API reference).
+  check(CUDAKIT_CU_OPTIONAL(t, cuMemImportFromShareableHandle)(
+            &h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle");
   return static_cast<PhysMemHandle>(h);
 }
 

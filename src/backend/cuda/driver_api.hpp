@@ -74,6 +74,8 @@ namespace cudakit::detail::cuda {
   X(cuMemMap, 10020, 12080, false)                            \
   X(cuMemSetAccess, 10020, 12080, false)                      \
   X(cuMemUnmap, 10020, 12080, false)                          \
+  X(cuMemExportToShareableHandle, 10020, 12080, false)        \
+  X(cuMemImportFromShareableHandle, 10020, 12080, false)      \
   X(cuPointerGetAttribute, 4000, 12080, true)                 \
   X(cuMemGetInfo, 3020, 12080, true)                          \
   X(cuMemcpyAsync, 4000, 12080, true)                         \

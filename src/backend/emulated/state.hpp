@@ -249,6 +249,8 @@ class EmulatedBackend final : public Backend {
   void vm_destroy(PhysMemHandle h) override;
   void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) override;
   void vm_unmap(std::uintptr_t va, std::size_t bytes) override;
+  int vm_export_fd(PhysMemHandle h) override;
+  PhysMemHandle vm_import_fd(int device, int fd, std::size_t bytes) override;
   int pointer_device(const void* ptr) override;
 
   void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) override;
@@ -453,6 +455,7 @@ class EmulatedBackend final : public Backend {
     std::size_t bytes = 0;
     int maps = 0;
     bool destroyed = false;
+    bool imported = false;  // vm_import_fd: another process's memory, not accounted here
   };
   struct Mapping { std::size_t bytes; PhysMemHandle phys; };
   std::mutex vm_mu_;

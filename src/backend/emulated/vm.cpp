@@ -2,11 +2,18 @@
 //   vm_reserve → mmap(PROT_NONE) address space, not accounted;
 //   vm_create  → a memfd of `bytes` ("physical" memory), accounted against the device;
 //   vm_map     → mmap(MAP_FIXED|MAP_SHARED) of the memfd over the reservation (read/write);
-//   vm_unmap   → mmap(MAP_FIXED, PROT_NONE) back over the range.
+//   vm_unmap   → mmap(MAP_FIXED, PROT_NONE) back over the range;
+//   vm_export_fd → a duplicate of the memfd; vm_import_fd → a duplicate of a descriptor that
+//                  must name such a memfd of the right size (checked: a stale descriptor
+//                  number may have been reused for another file), not accounted here.
 // Physical memory is returned to the device when it is both destroyed and unmapped
 // everywhere (CUDA allows destroying a handle that is still mapped).
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "backend/emulated/state.hpp"
 #include "cudakit/error.hpp"
@@ -14,6 +21,7 @@
 namespace cudakit::detail::emulated {
 namespace {
 constexpr std::size_t kGranularity = std::size_t{2} << 20;
+constexpr const char kPhysName[] = "cudakit-emulated-phys";
 
 [[noreturn]] void vm_error(const std::string& what) { fail(errc::invalid_value, what); }
 
@@ -69,7 +77,7 @@ PhysMemHandle EmulatedBackend::vm_create(int device, std::size_t bytes) {
     vm_error("vm_create: size must be a non-zero multiple of the 2 MiB granularity");
   }
   if (!reserve_bytes(d, bytes)) return 0;
-  int fd = ::memfd_create("cudakit-emulated-phys", MFD_CLOEXEC);
+  int fd = ::memfd_create(kPhysName, MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     if (fd >= 0) ::close(fd);
     release_bytes(d, bytes);
@@ -85,7 +93,8 @@ void EmulatedBackend::maybe_drop_phys(PhysMemHandle h) {
   auto it = phys_.find(h);
   if (it == phys_.end() || !it->second.destroyed || it->second.maps > 0) return;
   ::close(it->second.fd);
-  release_bytes(*devices_[static_cast<std::size_t>(it->second.device)], it->second.bytes);
+  if (!it->second.imported)
+    release_bytes(*devices_[static_cast<std::size_t>(it->second.device)], it->second.bytes);
   phys_.erase(it);
 }
 
@@ -97,6 +106,52 @@ void EmulatedBackend::vm_destroy(PhysMemHandle h) {
   }
   it->second.destroyed = true;
   maybe_drop_phys(h);
+}
+
+int EmulatedBackend::vm_export_fd(PhysMemHandle h) {
+  std::lock_guard lock(vm_mu_);
+  auto it = phys_.find(h);
+  if (it == phys_.end() || it->second.destroyed) {
+    throw_accelerator_error(errc::invalid_handle, "vm_export_fd: unknown physical memory handle");
+  }
+  const int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    throw_accelerator_error(errc::out_of_memory,
+                            std::string("vm_export_fd: cannot duplicate the memfd: ") +
+                                std::strerror(errno));
+  }
+  return fd;
+}
+
+PhysMemHandle EmulatedBackend::vm_import_fd(int device, int fd, std::size_t bytes) {
+  dev(device);
+  if (bytes == 0 || bytes % kGranularity != 0) {
+    vm_error("vm_import_fd: size must be a non-zero multiple of the 2 MiB granularity");
+  }
+  // The descriptor must be one of our memfds ("/memfd:<name> (deleted)") of exactly `bytes`.
+  char link[64] = {};
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(proc.c_str(), link, sizeof link - 1);
+  const std::string want = std::string("/memfd:") + kPhysName;
+  struct stat st {};
+  if (n <= 0 || std::strncmp(link, want.c_str(), want.size()) != 0 || ::fstat(fd, &st) != 0 ||
+      !S_ISREG(st.st_mode)) {
+    vm_error("vm_import_fd: the descriptor is not physical memory exported by vm_export_fd");
+  }
+  if (static_cast<std::size_t>(st.st_size) != bytes) {
+    vm_error("vm_import_fd: the physical memory is " + std::to_string(st.st_size) +
+             " bytes, not the " + std::to_string(bytes) + " expected");
+  }
+  const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) {
+    throw_accelerator_error(errc::out_of_memory,
+                            std::string("vm_import_fd: cannot duplicate the descriptor: ") +
+                                std::strerror(errno));
+  }
+  std::lock_guard lock(vm_mu_);
+  PhysMemHandle h = next_phys_++;
+  phys_[h] = PhysMem{own, device, bytes, 0, false, true};
+  return h;
 }
 
 void EmulatedBackend::vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h,
