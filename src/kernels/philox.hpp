@@ -92,6 +92,25 @@ CK_HD Philox4 philox4x32_10(std::uint64_t index, const PhiloxKeys& k) {
   return Philox4{{c0, c1, c2, c3}};
 }
 
+// Any 128-bit counter with precomputed round keys (same values as philox4x32_10(ctr, k0, k1)
+// with k = philox_keys(k0 | k1 << 32)): the GPU normal kernel's slow path draws its side
+// stream with the round keys it already holds.
+CK_HD Philox4 philox4x32_10(Philox4 ctr, const PhiloxKeys& k) {
+  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
+  std::uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3];
+  CK_UNROLL
+  for (int r = 0; r < 10; ++r) {
+    std::uint32_t hi0, hi1;
+    std::uint32_t lo0 = mulhilo32(M0, c0, &hi0);
+    std::uint32_t lo1 = mulhilo32(M1, c2, &hi1);
+    c0 = hi1 ^ c1 ^ k.k0[r];
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k.k1[r];
+    c3 = lo0;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
 // Block `index` of the stream keyed by `seed`.
 CK_HD Philox4 philox_block(std::uint64_t seed, std::uint64_t index) {
   Philox4 ctr{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0u, 0u}};
@@ -312,9 +331,11 @@ CK_HD float zig_exp(float a) {
   return p * ops::bits_f32(static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23);
 }
 
+CK_HD Philox4 side_counter(std::uint64_t block, std::uint32_t c2) {
+  return Philox4{{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), c2, kZigTag}};
+}
 CK_HD Philox4 philox_side(std::uint64_t seed, std::uint64_t block, std::uint32_t c2) {
-  Philox4 ctr{{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), c2, kZigTag}};
-  return philox4x32_10(ctr, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  return philox4x32_10(side_counter(block, c2), static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
 }
 
 // The slow path for word x (rejected by the fast test) of stream block `block`, word k:
@@ -322,27 +343,43 @@ CK_HD Philox4 philox_side(std::uint64_t seed, std::uint64_t block, std::uint32_t
 // (uniform height against the density), then fresh candidates until one is accepted.
 // Each attempt fails with probability < 1/2, so 64 attempts fail with probability < 1e-19
 // per sample; the cap only bounds the loop.
-CK_HD float zig_slow(std::uint32_t x, std::uint64_t seed, std::uint64_t block, int k) {
+//
+// `Src` says where the tables and the side stream come from (the GPU kernel reads shared
+// memory copies and precomputed round keys); every source yields the same values, and the
+// arithmetic below is the one definition both executors run.
+template <class Src>
+CK_HD float zig_slow_from(const Src& src, std::uint32_t x, std::uint64_t block, int k) {
   constexpr float kR = CK_ZIGGURAT_R, kInvR = CK_ZIGGURAT_INV_R;
   float v = 0.0f;
   for (std::uint32_t attempt = 0; attempt < 64; ++attempt) {
     const std::uint32_t i = x & 0xffu;
-    const ZigEntry e = zig_entry(i);
+    const ZigEntry e = src.entry(i);
     v = zig_candidate(x, e.w);
     if (attempt > 0 && std::fabs(v) < e.t) return v;
-    Philox4 s = philox_side(seed, block, 1u + static_cast<std::uint32_t>(k) + 4u * attempt);
+    Philox4 s = src.side(block, 1u + static_cast<std::uint32_t>(k) + 4u * attempt);
     if (i == 0) {
       float xt = -portable_log(u01_open_f32(s.v[0])) * kInvR;
       float yt = -portable_log(u01_open_f32(s.v[1]));
       if (yt + yt > xt * xt) return v < 0.0f ? -(kR + xt) : kR + xt;
     } else {
-      float lo = zig_density(i), hi = zig_density(i + 1);
+      float lo = src.density(i), hi = src.density(i + 1);
       float y = fma32(u01_f32(s.v[0]), hi - lo, lo);
       if (y < zig_exp(-0.5f * (v * v))) return v;
     }
     x = s.v[2];
   }
   return v;
+}
+
+struct ZigSeedSource {  // the constant tables and a side stream keyed by the seed
+  std::uint64_t seed;
+  CK_HD ZigEntry entry(std::uint32_t i) const { return zig_entry(i); }
+  CK_HD float density(std::uint32_t i) const { return zig_density(i); }
+  CK_HD Philox4 side(std::uint64_t block, std::uint32_t c2) const { return philox_side(seed, block, c2); }
+};
+
+CK_HD float zig_slow(std::uint32_t x, std::uint64_t seed, std::uint64_t block, int k) {
+  return zig_slow_from(ZigSeedSource{seed}, x, block, k);
 }
 
 // Standard normal from word k of stream block `block`.

@@ -14,9 +14,10 @@ using namespace cudakit;
 
 namespace {
 constexpr int kRngBlocksPerSm = 4;     // keep both in sync with src/ops/cuda_kernels.cpp
-// ck_normal_f32 gets 80 registers (3 blocks per SM): at 64 its round keys no longer fit
-// and are reloaded from the parameter bank each iteration (10 more instructions).
-constexpr int kNormalBlocksPerSm = 3;
+// ck_normal_f32: 64 registers, 4 blocks per SM. At 80 registers (3 blocks) ptxas loaded
+// the round keys from the parameter bank every iteration anyway (10 LDC.64), so the cap
+// costs ~2 instructions per iteration and buys a third more resident warps.
+constexpr int kNormalBlocksPerSm = 4;
 
 __device__ __forceinline__ void uniform_f32_fast(const rng::SampleArgs& a) {
   const std::uint64_t base = rng::philox_start(a.philox);  // read at kernel time (graphs)
@@ -41,59 +42,123 @@ __device__ __forceinline__ void uniform_f32_fast(const rng::SampleArgs& a) {
 // Philox block and nearly every warp iteration holds one: running the slow path (a second
 // Philox call plus a log or an exp) in place would make the whole warp wait for it on most
 // iterations. Instead a thread with a reject stores its block as it is (the rejected
-// elements hold provisional values) and appends {words, block} to its warp's ring in
-// shared memory (a shared-memory atomic hands out the slot: ~7 instructions per block,
-// against ~15 for a ballot + prefix count); when 32 entries are pending the warp runs the
-// slow path on all of them at once, one entry per lane, and overwrites the rejected
-// elements. An entry waits ~9 iterations (~36 MB written GPU-wide), so the overwritten
-// lines are normally still in L2. Results do not depend on the grouping: zig_slow is a
-// pure function of the word, the seed and the sample's stream position.
+// elements hold provisional values) and appends the block's stream index to its warp's
+// ring in shared memory (a shared-memory atomic hands out the slot: ~7 instructions per
+// block, against ~15 for a ballot + prefix count). When 32 blocks are pending the warp
+// drains them, one per lane: it finds each block's rejected elements again, and runs the
+// slow path once for all 32 lanes on their first rejected element; the rarer second, third
+// and fourth rejects of a block (a drain holds ~0.75 of them) go to a second, per-element
+// ring and are finished 32 at a time, so that nearly every slow-path pass runs all 32
+// lanes (the first version ran one pass per word k = 0..3 of the blocks, ~8 lanes each).
+// An entry waits ~9 iterations (~36 MB written GPU-wide), so the overwritten lines are
+// normally still in L2. Results do not depend on the grouping: the slow path is a pure
+// function of the word, the seed and the sample's stream position.
 constexpr int kWarpsPerBlock = 256 / 32;
-constexpr unsigned kRing = 128;  // < 32 pending before an iteration appends at most 64
+constexpr unsigned kRing = 128;   // < 32 pending before an iteration appends at most 64
+constexpr unsigned kXRing = 128;  // < 32 pending before a drain appends at most 3 x 32
 
 struct NormalSmem {
   rng::ZigEntry table[256];
+  float density[260];  // 257 used
   unsigned long long ring[kWarpsPerBlock][kRing];  // stream index (base + block) of queued blocks
-  unsigned tail[kWarpsPerBlock];  // entries appended so far (mod 2^32)
+  uint4 xring[kWarpsPerBlock][kXRing];  // {word, k, stream index lo, hi} of queued elements
+  unsigned tail[kWarpsPerBlock];  // blocks appended so far (mod 2^32)
 };
 
-__device__ __noinline__ float zig_slow_call(std::uint32_t x, std::uint64_t seed, std::uint64_t ctr, int k) {
-  return rng::zig_slow(x, seed, ctr, k);
+// The slow path's tables from shared memory and its side stream from the round keys in the
+// parameter bank: the same values as rng::zig_slow (rng::zig_slow_from is the one
+// definition), without the per-call key schedule and uncoalesced global table loads.
+struct SmemSource {
+  const NormalSmem& sm;
+  const rng::PhiloxKeys& keys;
+  __device__ __forceinline__ rng::ZigEntry entry(std::uint32_t i) const { return sm.table[i]; }
+  __device__ __forceinline__ float density(std::uint32_t i) const { return sm.density[i]; }
+  __device__ __forceinline__ rng::Philox4 side(std::uint64_t block, std::uint32_t c2) const {
+    return rng::philox4x32_10(rng::side_counter(block, c2), keys);
+  }
+};
+
+__device__ __forceinline__ std::uint32_t word(const rng::Philox4& w, unsigned k) {
+  return k == 0 ? w.v[0] : k == 1 ? w.v[1] : k == 2 ? w.v[2] : w.v[3];
 }
 
-// Lanes [0, m) each take ring entry (head + lane) and finish its rejected elements (found
-// again by the fast test: cheaper here, once per 32 entries, than carrying a mask through
-// the hot loop).
+struct DrainState {
+  unsigned head;   // block ring: entries [head, *tail) pending
+  unsigned xhead;  // element ring: entries [xhead, xtail) pending (< 32 between drains)
+  unsigned xtail;
+};
+
+// Lanes [0, m) each take block ring entry (head + lane) and find its rejected elements again
+// with the fast test (cheaper here, once per 32 blocks, than carrying a mask through the hot
+// loop). The first goes through the slow path at once; the others are appended to the
+// element ring, which is then consumed 32 entries per pass (every entry when `last`).
 template <bool Standard>
-__device__ __forceinline__ void drain(const rng::SampleArgs& a, const rng::PhiloxKeys& keys, std::uint64_t base,
-                                      const NormalSmem& sm, unsigned warp, unsigned head, unsigned m, unsigned lane,
-                                      float mean, float sd) {
-  if (lane >= m) return;
-  const std::uint64_t ctr = sm.ring[warp][(head + lane) & (kRing - 1)];
-  const rng::Philox4 w = rng::philox4x32_10(ctr, keys);  // recomputed: the queue stays 8 bytes an entry
-  float* out = static_cast<float*>(a.out) + 4 * static_cast<std::int64_t>(ctr - base);
-#pragma unroll 1
-  for (int k = 0; k < 4; ++k) {
-    const std::uint32_t x = k == 0 ? w.v[0] : k == 1 ? w.v[1] : k == 2 ? w.v[2] : w.v[3];
-    const rng::ZigEntry e = sm.table[x & 0xffu];
-    if (fabsf(rng::zig_candidate(x, e.w)) < e.t) continue;
-    const float v = zig_slow_call(x, a.philox.seed, ctr, k);
-    out[k] = Standard ? v : rng::fma32(v, sd, mean);
+__device__ __forceinline__ void drain(const rng::SampleArgs& a, std::uint64_t base, NormalSmem& sm, unsigned warp,
+                                      unsigned lane, unsigned m, bool last, DrainState& st, float mean, float sd) {
+  const rng::PhiloxKeys& keys = a.keys;
+  std::uint64_t c = 0;
+  rng::Philox4 w{{0u, 0u, 0u, 0u}};
+  unsigned mask = 0;
+  if (lane < m) {
+    c = sm.ring[warp][(st.head + lane) & (kRing - 1)];
+    w = rng::philox4x32_10(c, keys);  // recomputed: the queue stays 8 bytes an entry
+#pragma unroll
+    for (unsigned k = 0; k < 4; ++k) {
+      const rng::ZigEntry e = sm.table[w.v[k] & 0xffu];
+      mask |= fabsf(rng::zig_candidate(w.v[k], e.w)) < e.t ? 0u : 1u << k;
+    }
   }
+  bool have = mask != 0;
+  unsigned k = have ? __ffs(mask) - 1 : 0u;
+  std::uint32_t x = word(w, k);
+  mask &= mask - 1;
+  if (__any_sync(0xffffffffu, mask != 0)) {
+    // Slots for the remaining rejects: lane order, then word order (a ballot per count).
+    const unsigned n = __popc(mask);
+    const unsigned b1 = __ballot_sync(0xffffffffu, n >= 1), b2 = __ballot_sync(0xffffffffu, n >= 2),
+                   b3 = __ballot_sync(0xffffffffu, n >= 3);
+    const unsigned lt = (1u << lane) - 1u;
+    unsigned pos = st.xtail + __popc(b1 & lt) + __popc(b2 & lt) + __popc(b3 & lt);
+    st.xtail += __popc(b1) + __popc(b2) + __popc(b3);
+    while (mask) {
+      const unsigned kk = __ffs(mask) - 1;
+      sm.xring[warp][pos & (kXRing - 1)] =
+          make_uint4(word(w, kk), kk, static_cast<unsigned>(c), static_cast<unsigned>(c >> 32));
+      ++pos;
+      mask &= mask - 1;
+    }
+    __syncwarp();  // appended entries visible to the lanes that take them
+  }
+  float* const out = static_cast<float*>(a.out);
+  for (;;) {
+    if (have) {
+      const float v = rng::zig_slow_from(SmemSource{sm, keys}, x, c, static_cast<int>(k));
+      out[4 * static_cast<std::int64_t>(c - base) + k] = Standard ? v : rng::fma32(v, sd, mean);
+    }
+    const unsigned pending = st.xtail - st.xhead;
+    if (pending < (last ? 1u : 32u)) break;
+    const unsigned take = min(pending, 32u);
+    have = lane < take;
+    if (have) {
+      const uint4 e = sm.xring[warp][(st.xhead + lane) & (kXRing - 1)];
+      x = e.x;
+      k = e.y;
+      c = (static_cast<std::uint64_t>(e.w) << 32) | e.z;
+    }
+    st.xhead += take;
+  }
+  st.head += m;
+  __syncwarp();  // slots read above free before the next append
 }
 
 template <bool Standard>
 __device__ __forceinline__ void normal_f32_fast(const rng::SampleArgs& a, NormalSmem& sm) {
   for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) sm.table[i] = rng::zig_entry(i);
+  for (unsigned i = threadIdx.x; i < 257; i += blockDim.x) sm.density[i] = rng::zig_density(i);
   if (threadIdx.x < kWarpsPerBlock) sm.tail[threadIdx.x] = 0;
   __syncthreads();
   const std::uint64_t base = rng::philox_start(a.philox);  // read at kernel time (graphs)
-  // Round keys in registers (opaque, so they are not recomputed from the seed inside the
-  // loop; read from the parameter bank they cost 10 LDC per iteration, the compiler
-  // reloading them under register pressure).
-  rng::PhiloxKeys keys = a.keys;
-#pragma unroll
-  for (int r = 0; r < 10; ++r) asm volatile("" : "+r"(keys.k0[r]), "+r"(keys.k1[r]));
+  const rng::PhiloxKeys& keys = a.keys;  // parameter bank
   const float mean = static_cast<float>(a.a), sd = static_cast<float>(a.b);
   const std::int64_t full = a.n / 4;  // whole Philox blocks
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -103,7 +168,7 @@ __device__ __forceinline__ void normal_f32_fast(const rng::SampleArgs& a, Normal
   unsigned ring_addr = static_cast<unsigned>(__cvta_generic_to_shared(sm.ring[warp]));
   unsigned tail_addr = static_cast<unsigned>(__cvta_generic_to_shared(tail));
   asm volatile("" : "+r"(ring_addr), "+r"(tail_addr));
-  unsigned head = 0;  // warp-uniform; entries [head, *tail) are pending
+  DrainState st{0u, 0u, 0u};  // warp-uniform
 
   // Each warp takes chunks of 64 consecutive blocks (two per lane, each warp-wide store
   // coalesced), halving the loop and vote overhead per block. Only whole chunks go through
@@ -147,21 +212,17 @@ __device__ __forceinline__ void normal_f32_fast(const rng::SampleArgs& a, Normal
     block(ctr, out);
     block(ctr + 32, out + 32);
     __syncwarp();  // this iteration's appends (and provisional stores) visible to every lane
-    const unsigned end = *static_cast<volatile unsigned*>(tail);  // same value in every lane
-    if (end - head >= 32u) {
-      do {
-        drain<Standard>(a, keys, base, sm, warp, head, 32, lane, mean, sd);
-        head += 32;
-      } while (end - head >= 32u);
-      __syncwarp();  // drained slots free before the next append
-    }
+    unsigned end;  // same value in every lane; through the opaque address (no recomputation)
+    asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(end) : "r"(tail_addr) : "memory");
+    while (end - st.head >= 32u) drain<Standard>(a, base, sm, warp, lane, 32, false, st, mean, sd);
   }
   __syncwarp();
   const unsigned end = *static_cast<volatile unsigned*>(tail);
-  while (head != end) {
-    const unsigned m = min(end - head, 32u);
-    drain<Standard>(a, keys, base, sm, warp, head, m, lane, mean, sd);
-    head += m;
+  for (;;) {  // the last (< 32) blocks and every element still queued
+    const unsigned m = min(end - st.head, 32u);
+    const bool last = end - st.head <= 32u;
+    drain<Standard>(a, base, sm, warp, lane, m, last, st, mean, sd);
+    if (last) break;
   }
   // The partial chunk (full % 64 blocks) and the partial block (n % 4 elements), through
   // the generic writer (slow path inline).

@@ -18,7 +18,7 @@ namespace {
 constexpr unsigned kBlock = 256;
 constexpr int kContigBlocksPerSm = 4;  // = __launch_bounds__ of ck_unaryc_* / ck_castc_* (ops.cu)
 constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 (random.cu)
-constexpr int kNormalBlocksPerSm = 3;  // = __launch_bounds__ of ck_normal_f32 (random.cu)
+constexpr int kNormalBlocksPerSm = 4;  // = __launch_bounds__ of ck_normal_f32 (random.cu)
 
 // Kernel slots: one per (family, dtype[, src dtype]).
 constexpr int kTypes = 12;

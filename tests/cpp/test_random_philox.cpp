@@ -210,6 +210,56 @@ TEST(Ziggurat, SlowPathIsAFunctionOfPosition) {
   for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(c[i], rng::fma32(a[i], 0.25f, -1.5f)) << i;
 }
 
+// The GPU normal kernel runs the slow path from shared-memory copies of the tables and
+// draws its side stream with the precomputed round keys (rng::zig_slow_from with its own
+// source): both must give zig_slow's values. Words of every layer, rejected by the fast
+// test (wedges and the base layer's tail), at block indices beyond 2^32.
+struct CopiedSource {
+  rng::ZigEntry table[256];
+  float density[257];
+  rng::PhiloxKeys keys;
+  rng::ZigEntry entry(std::uint32_t i) const { return table[i]; }
+  float density_at(std::uint32_t i) const { return density[i]; }
+  rng::Philox4 side(std::uint64_t block, std::uint32_t c2) const {
+    return rng::philox4x32_10(rng::side_counter(block, c2), keys);
+  }
+};
+struct CopiedSourceView {
+  const CopiedSource& s;
+  rng::ZigEntry entry(std::uint32_t i) const { return s.entry(i); }
+  float density(std::uint32_t i) const { return s.density_at(i); }
+  rng::Philox4 side(std::uint64_t block, std::uint32_t c2) const { return s.side(block, c2); }
+};
+TEST(Ziggurat, SlowPathWithRoundKeysAndCopiedTables) {
+  for (std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{77}, std::uint64_t{0xfedcba9876543210ull}}) {
+    CopiedSource src{};
+    for (std::uint32_t i = 0; i < 256; ++i) src.table[i] = rng::zig_entry(i);
+    for (std::uint32_t i = 0; i < 257; ++i) src.density[i] = rng::zig_density(i);
+    src.keys = rng::philox_keys(seed);
+    for (std::uint64_t b = 0; b < 64; ++b) {  // the side stream itself
+      const rng::Philox4 p = rng::philox_side(seed, b * 0x100000001ull, static_cast<std::uint32_t>(b * 7 + 1));
+      const rng::Philox4 q = src.side(b * 0x100000001ull, static_cast<std::uint32_t>(b * 7 + 1));
+      ASSERT_EQ(0, std::memcmp(&p, &q, sizeof p)) << b;
+    }
+    std::uint64_t h = seed ^ 0x9e3779b97f4a7c15ull;
+    int tails = 0, checked = 0;
+    while (checked < 20000) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      const std::uint32_t x = static_cast<std::uint32_t>(h >> 32);
+      const rng::ZigEntry e = rng::zig_entry(x & 0xffu);
+      if (std::fabs(rng::zig_candidate(x, e.w)) < e.t) continue;
+      const std::uint64_t block = (h & 0xffffffffffull) + (std::uint64_t{1} << 32);
+      const int k = static_cast<int>(h >> 5) & 3;
+      const float a = rng::zig_slow(x, seed, block, k);
+      const float b = rng::zig_slow_from(CopiedSourceView{src}, x, block, k);
+      ASSERT_EQ(0, std::memcmp(&a, &b, 4)) << x << " " << block << " " << k;
+      tails += (x & 0xffu) == 0;
+      ++checked;
+    }
+    EXPECT_GT(tails, 100);  // the base layer's tail branch was exercised too
+  }
+}
+
 TEST(RandomSeeding, TorchSemantics) {
   if (!have_device()) GTEST_SKIP() << "no device";
   EXPECT_EQ(initial_seed(), kDefaultRngSeed);  // lazy default before any seeding
