@@ -165,7 +165,8 @@ struct IpcMemHandle {
 // share its physical memory (cuda: the driver refused shareable allocations).
 IpcMemHandle ipc_export(void* ptr);
 // Opens a handle from another process; close with ipc_close (or it is closed by
-// ipc_collect once no longer referenced). Returns the allocation's address.
+// ipc_collect once no longer referenced). Returns the allocation's address. Importing the
+// same handle again returns the same address; each import is closed by its own ipc_close.
 // Expandable-segment handles need Linux >= 5.6 (pidfd_getfd) and ptrace access to the
 // exporting process (PermissionError / IoError EPERM otherwise, naming the fix); a handle
 // whose memory the exporter has released meanwhile, or whose process has exited, gives an

@@ -78,7 +78,13 @@ struct Opened {
 };
 std::mutex g_ipc_mutex;
 std::map<std::string, Opened> g_opened;             // handle bytes -> mapping
-std::map<void*, std::string> g_user_ptr_to_handle;  // returned pointer -> handle key
+// Returned pointer -> handle key and how many ipc_import calls returned it (importing one
+// handle twice returns the same pointer, and each import is closed by its own ipc_close).
+struct UserPtr {
+  std::string key;
+  int imports = 0;
+};
+std::map<void*, UserPtr> g_user_ptr_to_handle;
 std::map<std::string, int> g_exported;              // handles this process exported
 
 std::string key_of(const IpcMemHandle& h) {
@@ -330,7 +336,9 @@ void* ipc_import(const IpcMemHandle& handle) {
                      " runs past the end of the address space from the segment's base");
   ++o.refs;
   void* p = reinterpret_cast<void*>(base + handle.offset);
-  g_user_ptr_to_handle[p] = key;
+  UserPtr& user = g_user_ptr_to_handle[p];
+  user.key = key;
+  ++user.imports;
   return p;
 }
 
@@ -339,8 +347,8 @@ void ipc_close(void* ptr) {
   auto it = g_user_ptr_to_handle.find(ptr);
   if (it == g_user_ptr_to_handle.end())
     throw ValueError("ipc_close: pointer was not returned by ipc_import");
-  --g_opened[it->second].refs;
-  g_user_ptr_to_handle.erase(it);
+  --g_opened[it->second.key].refs;
+  if (--it->second.imports == 0) g_user_ptr_to_handle.erase(it);
 }
 
 void ipc_collect() {

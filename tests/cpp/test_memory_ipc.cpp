@@ -299,6 +299,10 @@ TEST(ExpandableIpc, ChildExportsParentImports) {
   // The exporter is gone; the imported memory stays valid until closed here.
   EXPECT_TRUE(holds(p, kBytes, 2, h.device));
   ipc_close(p);
+  ipc_collect();  // the second import still holds the mapping
+  EXPECT_TRUE(holds(p, kBytes, 2, h.device));
+  ipc_close(p2);  // each import has its own close
+  EXPECT_THROW(ipc_close(p), ValueError);
   ipc_collect();
 }
 
