@@ -79,7 +79,6 @@ struct NormalSmem {
   float density[260];  // 257 used
   unsigned long long ring[kWarpsPerBlock][kRing];  // stream index (base + block) of queued blocks
   uint4 xring[kWarpsPerBlock][kXRing];  // {word, k, stream index lo, hi} of queued elements
-  unsigned tail[kWarpsPerBlock];  // blocks appended so far (mod 2^32)
 };
 static_assert(sizeof(NormalSmem) <= 48 * 1024, "static shared memory limit");
 static_assert(kNormalBlocksPerSm * (sizeof(NormalSmem) + 1024) <= 228 * 1024, "4 blocks per SM on the H200");
@@ -126,7 +125,7 @@ __device__ __forceinline__ float fast_candidate(const LaneTable& table, std::uin
 }
 
 struct DrainState {
-  unsigned head;   // block ring: entries [head, *tail) pending
+  unsigned head;   // block ring: entries [head, tail) pending
   unsigned xhead;  // element ring: entries [xhead, xtail) pending (< 32 between drains)
   unsigned xtail;
 };
@@ -144,6 +143,7 @@ __device__ __forceinline__ void drain(const rng::SampleArgs& a, std::uint64_t ba
   std::uint64_t c = 0;
   rng::Philox4 w{{0u, 0u, 0u, 0u}};
   unsigned mask = 0;
+  __syncwarp();  // the ring appends and provisional stores of every lane before this point
   if (lane < m) {
     c = sm.ring[warp][(st.head + lane) & (kRing - 1)];
     w = rng::philox4x32_10(c, keys);  // recomputed: the queue stays 8 bytes an entry
@@ -215,7 +215,6 @@ __device__ __forceinline__ void normal_f32_fast(const rng::SampleArgs& a, Normal
   // 16 copies of each entry; lanes 0-15 of a warp read the same entry (one broadcast load).
   for (unsigned f = threadIdx.x; f < 256 * kCopies; f += blockDim.x) sm.table[f] = rng::zig_entry(f / kCopies);
   for (unsigned i = threadIdx.x; i < 257; i += blockDim.x) sm.density[i] = rng::zig_density(i);
-  if (threadIdx.x < kWarpsPerBlock) sm.tail[threadIdx.x] = 0;
   __syncthreads();
   const std::uint64_t base = rng::philox_start(a.philox);  // read at kernel time (graphs)
   const rng::PhiloxKeys& keys = a.keys;  // parameter bank
@@ -223,12 +222,12 @@ __device__ __forceinline__ void normal_f32_fast(const rng::SampleArgs& a, Normal
   const std::int64_t full = a.n / 4;  // whole Philox blocks
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const LaneTable table{sm.table, (lane % kCopies) * static_cast<unsigned>(sizeof(rng::ZigEntry))};
-  unsigned* tail = &sm.tail[warp];
-  // 32-bit shared addresses of this warp's ring and tail, opaque so that they stay in
-  // registers (otherwise they are recomputed from threadIdx for every append).
+  // 32-bit shared address of this warp's ring, opaque so that it stays in a register
+  // (otherwise it is recomputed from threadIdx for every append).
   unsigned ring_addr = static_cast<unsigned>(__cvta_generic_to_shared(sm.ring[warp]));
-  unsigned tail_addr = static_cast<unsigned>(__cvta_generic_to_shared(tail));
-  asm volatile("" : "+r"(ring_addr), "+r"(tail_addr));
+  asm volatile("" : "+r"(ring_addr));
+  const unsigned lt = (1u << lane) - 1u;  // lanes below this one
+  unsigned tail = 0;          // blocks appended so far (mod 2^32), warp-uniform
   DrainState st{0u, 0u, 0u};  // warp-uniform
 
   // Each warp takes chunks of 64 consecutive blocks (two per lane, each warp-wide store
@@ -255,37 +254,35 @@ __device__ __forceinline__ void normal_f32_fast(const rng::SampleArgs& a, Normal
     const float q2 = fast_candidate(table, q.v[2], r[6]), q3 = fast_candidate(table, q.v[3], r[7]);
     out[0] = make_float4(value(p0), value(p1), value(p2), value(p3));
     out[32] = make_float4(value(q0), value(q1), value(q2), value(q3));
-    const unsigned rp = (r[0] | r[1] | r[2] | r[3]) ? 1u : 0u, rq = (r[4] | r[5] | r[6] | r[7]) ? 1u : 0u;
-    // Queue the blocks with a reject: one atomic hands out rp + rq slots (predicated PTX:
-    // as a branch it cost three more instructions, and 86 % of warp-blocks hold a reject).
+    const bool rp = r[0] | r[1] | r[2] | r[3], rq = r[4] | r[5] | r[6] | r[7];
+    // Queue the blocks with a reject, slots by ballot and prefix count: the warp's tail stays
+    // in a register. (A shared atomic on a shared tail costs as many instructions, but the
+    // loop then waited for the atomic and a reload of the tail before its drain branch.)
+    const unsigned bp = __ballot_sync(0xffffffffu, rp), bq = __ballot_sync(0xffffffffu, rq);
+    const unsigned sp = tail + __popc(bp & lt), sq = tail + __popc(bp) + __popc(bq & lt);
+    tail += __popc(bp) + __popc(bq);
     asm volatile(
-        "{\n\t.reg .pred p, pp, pq;\n\t.reg .u32 s, n, o;\n\t"
-        "add.u32 n, %0, %1;\n\t"
-        "setp.ne.u32 p, n, 0;\n\t"
+        "{\n\t.reg .pred pp, pq;\n\t.reg .u32 o;\n\t"
         "setp.ne.u32 pp, %0, 0;\n\t"
         "setp.ne.u32 pq, %1, 0;\n\t"
-        "@p atom.shared.add.u32 s, [%2], n;\n\t"
-        "and.b32 o, s, %4;\n\t"
+        "and.b32 o, %2, %5;\n\t"
         "shl.b32 o, o, 3;\n\t"
-        "add.u32 o, %3, o;\n\t"
-        "@pp st.shared.u64 [o], %5;\n\t"
-        "add.u32 s, s, %0;\n\t"
-        "and.b32 o, s, %4;\n\t"
+        "add.u32 o, %4, o;\n\t"
+        "@pp st.shared.u64 [o], %6;\n\t"
+        "and.b32 o, %3, %5;\n\t"
         "shl.b32 o, o, 3;\n\t"
-        "add.u32 o, %3, o;\n\t"
-        "@pq st.shared.u64 [o], %6;\n\t}"
-        :: "r"(rp), "r"(rq), "r"(tail_addr), "r"(ring_addr), "n"(kRing - 1), "l"(ctr), "l"(ctr + 32)
+        "add.u32 o, %4, o;\n\t"
+        "@pq st.shared.u64 [o], %7;\n\t}"
+        :: "r"(static_cast<unsigned>(rp)), "r"(static_cast<unsigned>(rq)), "r"(sp), "r"(sq), "r"(ring_addr),
+           "n"(kRing - 1), "l"(ctr), "l"(ctr + 32)
         : "memory");
-    __syncwarp();  // this iteration's appends (and provisional stores) visible to every lane
-    unsigned end;  // same value in every lane; through the opaque address (no recomputation)
-    asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(end) : "r"(tail_addr) : "memory");
-    while (end - st.head >= 32u) drain<Standard>(a, base, sm, table, warp, lane, 32, false, st, mean, sd);
+    // drain() starts with __syncwarp: this iteration's appends and provisional stores are
+    // then visible to (and ordered before) every lane's reads and stores.
+    while (tail - st.head >= 32u) drain<Standard>(a, base, sm, table, warp, lane, 32, false, st, mean, sd);
   }
-  __syncwarp();
-  const unsigned end = *static_cast<volatile unsigned*>(tail);
   for (;;) {  // the last (< 32) blocks and every element still queued
-    const unsigned m = min(end - st.head, 32u);
-    const bool last = end - st.head <= 32u;
+    const unsigned m = min(tail - st.head, 32u);
+    const bool last = tail - st.head <= 32u;
     drain<Standard>(a, base, sm, table, warp, lane, m, last, st, mean, sd);
     if (last) break;
   }
