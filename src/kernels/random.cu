@@ -65,14 +65,14 @@ __device__ __forceinline__ void uniform_f32_fast(const rng::SampleArgs& a) {
 constexpr int kWarpsPerBlock = 256 / 32;
 constexpr unsigned kCopies = 16;
 constexpr unsigned kRing = 128;  // < 32 pending before an iteration appends at most 64: never full
-// The element ring: 32 entries, so that the 32 KB table fits next to the rings in the 48 KB of
-// static shared memory (4 blocks x (46.1 + 1 reserved) KB per SM <= 228 KB: occupancy stays
+// The element ring: 32 entries, so that the 32 KB table fits next to the rings in the 48 KB
+// of static shared memory (4 blocks x (45 + 1 reserved) KB per SM <= 228 KB: occupancy stays
 // at 4 blocks/SM, the register limit). It fills in ~40 drains (~0.75 entries each) and is
 // then finished as one 32-lane pass; when a drain's entries do not all fit, the warp
 // finishes the 32 oldest and goes on appending (drain(), the `full` case). A model of the
-// queues (bench/tensor/normal_queue_model.py) at 1.5 % rejected words takes that path ~0.7 times per 1,000 warp iterations (17-29
-// times per warp for normal_check's 1-block grid at 2^26 elements, 3-6 at 2^24), so the
-// check's 1- and 3-block grids exercise it.
+// queues (bench/tensor/normal_queue_model.py) at 1.5 % rejected words takes that path ~0.7
+// times per 1,000 warp iterations: 17-29 times per warp for normal_check's 1-block grid at
+// 2^26 elements, 3-6 at 2^24, so the check's 1- and 3-block grids exercise it.
 constexpr unsigned kXRing = 32;
 
 struct NormalSmem {
