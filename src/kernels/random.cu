@@ -43,8 +43,8 @@ __device__ __forceinline__ void uniform_f32_fast(const rng::SampleArgs& a) {
 // Philox call plus a log or an exp) in place would make the whole warp wait for it on most
 // iterations. Instead a thread with a reject stores its block as it is (the rejected
 // elements hold provisional values) and appends the block's stream index to its warp's
-// ring in shared memory (a shared-memory atomic hands out the slot: ~7 instructions per
-// block, against ~15 for a ballot + prefix count). When 32 blocks are pending the warp
+// ring in shared memory (slot by ballot + prefix count, the tail in a register; see the
+// main loop for why not a shared atomic). When 32 blocks are pending the warp
 // drains them, one per lane: it finds each block's rejected elements again, and runs the
 // slow path once for all 32 lanes on their first rejected element; the rarer second, third
 // and fourth rejects of a block (a drain holds ~0.75 of them) go to a second, per-element
