@@ -6,6 +6,7 @@
 //        default configurations: "" (default) and "expandable_segments:True".
 // Runs on both backends (CUDAKIT_BACKEND=emulated needs CUDAKIT_EMULATED_MEMORY >= the
 // trace's peak; the default 8 GiB is enough for the shipped trace).
+// REPLAY_CALLS=1 adds a line per run with the device calls by kind.
 #include <zlib.h>
 
 #include <chrono>
@@ -152,6 +153,22 @@ int main(int argc, char** argv) {
                   double(s.reserved_bytes[0].peak) / double(std::max<std::int64_t>(1, s.allocated_bytes[0].peak)),
                   static_cast<long long>(s.num_device_alloc + s.num_device_free), vmbuf, ms,
                   ms * 1e6 / double(t.events.size()));
+      // REPLAY_CALLS=1: the device calls by kind (what the expcalls work counts against
+      // torch's): cudaMalloc / cudaFree of plain segments (dev_ops of a non-expandable run),
+      // and each kind of driver call behind expandable segments.
+      if (std::getenv("REPLAY_CALLS")) {
+        const bool es = conf.find("expandable_segments:True") != std::string::npos;
+        const long long ops = static_cast<long long>(s.num_device_alloc + s.num_device_free);
+        std::printf("    calls: malloc+free %lld | create %llu map %llu (reused %llu) access %llu "
+                    "unmap %llu destroy %llu | total %llu\n",
+                    es ? 0LL : ops, static_cast<unsigned long long>(vc.create.load()),
+                    static_cast<unsigned long long>(vc.map.load()),
+                    static_cast<unsigned long long>(vc.reused.load()),
+                    static_cast<unsigned long long>(vc.access.load()),
+                    static_cast<unsigned long long>(vc.unmap.load()),
+                    static_cast<unsigned long long>(vc.destroy.load()),
+                    (es ? 0ULL : static_cast<unsigned long long>(ops)) + vm);
+      }
       if (std::getenv("REPLAY_POOLS"))
         std::printf("    small: alloc peak %lld reserved peak %lld | large: alloc peak %lld reserved peak %lld\n",
                     static_cast<long long>(s.allocated_bytes[1].peak), static_cast<long long>(s.reserved_bytes[1].peak),

@@ -258,18 +258,23 @@ class Backend {
   // Maps h at va (bytes long) and grants read/write access to `device`.
   virtual void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) = 0;
   virtual void vm_unmap(std::uintptr_t va, std::size_t bytes) = 0;
-  // Maps n physical allocations of `chunk` bytes each back to back from va and grants
-  // read/write access to `device` for the whole range. On failure nothing of the range stays
-  // mapped. The cuda backend grants access once per range instead of once per chunk (torch's
-  // expandable segments do the same: cuMemSetAccess is the costliest of the mapping calls);
-  // this default maps chunk by chunk.
-  virtual void vm_map_chunks(std::uintptr_t va, std::size_t chunk, const PhysMemHandle* h,
+  // Maps n physical allocations h[i] of sizes[i] bytes back to back from va and grants
+  // read/write access to `device` for the whole range. Sizes differ: an expandable segment's
+  // chunks grow with its pool (memory/expandable_segment.hpp). On failure nothing of the
+  // range stays mapped. The cuda backend grants access once per range instead of once per
+  // chunk (torch's expandable segments do the same: cuMemSetAccess is the costliest of the
+  // mapping calls); this default (the emulated backend's) maps chunk by chunk.
+  virtual void vm_map_chunks(std::uintptr_t va, const std::size_t* sizes, const PhysMemHandle* h,
                              std::size_t n, int device) {
     std::size_t i = 0;
+    std::uintptr_t at = va;
     try {
-      for (; i < n; ++i) vm_map(va + i * chunk, chunk, h[i], device);
+      for (; i < n; at += sizes[i], ++i) vm_map(at, sizes[i], h[i], device);
     } catch (...) {
-      while (i-- > 0) vm_unmap(va + i * chunk, chunk);
+      while (i-- > 0) {
+        at -= sizes[i];
+        vm_unmap(at, sizes[i]);
+      }
       throw;
     }
   }

@@ -15,7 +15,7 @@
 //     backend (a pool cannot switch between the native allocator and the driver's),
 //     expandable_segments (segments of both kinds would have to coexist in one pool),
 //     max_split_size_mb (split decisions and oversize statistics of live blocks depend on it),
-//     expandable_segments_chunk_pages (physical chunks of one size are interchangeable)
+//     expandable_segments_chunk_pages (the unit every chunk is a power-of-two multiple of)
 //   inert: accepted so a PYTORCH_CUDA_ALLOC_CONF written for torch works, but have no effect
 //     here; each use warns
 //     release_lock_on_cudamalloc (the allocator never waits under its locks; the device
@@ -23,8 +23,9 @@
 //       capture in cudakit yet)
 // cudakit's own keys (not torch's): quick_cache (True/False, default True: the exact-size
 // cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
-// (pages per physical allocation of the large pool, default 4 = 8 MiB; the small pool's are
-// one page), expandable_segments_slack_div (expandable segments may reserve the live
+// (pages of the large pool's smallest physical allocation, default 4 = 8 MiB: its chunks
+// grow from there in powers of two with the pool, expandable_segment.hpp; the small pool's
+// are one page), expandable_segments_slack_div (expandable segments may reserve the live
 // high-water mark plus 1/N of it before they move pages; default 32), device_mutex_spin
 // (True/False, default True, fixed at the first device allocation: the slow-path lock spins
 // briefly before it sleeps, see locks.hpp). The measurements behind the defaults are in

@@ -554,8 +554,7 @@ bool DeviceAllocator::share_expandable(const void* ptr, ExpandableShare& out) {
   const Block* b = live_block(ptr);
   if (!b || !b->expandable) return false;
   ExpandableSegment& es = *b->expandable;
-  out.chunk = es.chunk_bytes();
-  out.va = es.base + (b->ptr - es.base) / out.chunk * out.chunk;
+  out.va = es.chunk_start(b->ptr);
   out.chunks = es.share(b->ptr, b->size);
   return true;
 }

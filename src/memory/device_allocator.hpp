@@ -102,9 +102,8 @@ class DeviceAllocator {
   // call runs under the locks (it does not wait for the device; the chunks must not be
   // detached meanwhile). Throws NotSupportedError when the backend cannot share them.
   struct ExpandableShare {
-    std::uintptr_t va = 0;
-    std::size_t chunk = 0;
-    std::vector<ExpandableSegment::SharedChunk> chunks;
+    std::uintptr_t va = 0;  // start of the first chunk
+    std::vector<ExpandableSegment::SharedChunk> chunks;  // each with its size
   };
   bool share_expandable(const void* ptr, ExpandableShare& out);
   // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
@@ -232,14 +231,15 @@ class DeviceAllocator {
   // ---- expandable segments (expandable_segment.cpp) ----
   Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream,
                           bool may_move, bool& moving);
-  bool map_block(Block* b, std::size_t size, std::size_t ahead);
+  bool map_block(Block* b, std::size_t size, std::size_t ahead, std::size_t max_chunk);
   std::size_t unmap_free_pages(Block* b, bool keep_handles);  // bytes queued for unmapping
   void finish_unmap(const Deferred& d);
   std::size_t compact_expandable(std::size_t want, const Block* keep_from,
                                  std::size_t keep_bytes);
   void release_expandable(Locked& lock);
   void release_spares();  // queues the destruction of unused spare handles
-  std::size_t chunk_bytes(bool small) const noexcept;
+  std::size_t chunk_bytes(bool small) const noexcept;  // the unit of a pool kind
+  std::size_t chunk_for(bool small, std::size_t pool_bytes) const noexcept;
   bool stream_idle(detail::StreamHandle stream) noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
@@ -307,7 +307,7 @@ class DeviceAllocator {
   // mapped again elsewhere (per pool kind; counted in reserved bytes), and driver calls.
   std::size_t vm_page_ = kSmallBuffer;
   std::size_t live_hwm_ = 0;
-  std::vector<detail::PhysMemHandle> spare_small_, spare_large_;
+  std::vector<ExpandableSegment::Spare> spare_small_, spare_large_;
   std::size_t spare_bytes_ = 0;
   VmCallCounts vm_calls_;
 

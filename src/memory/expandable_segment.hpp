@@ -2,17 +2,25 @@
 // physical memory on demand, so blocks in it stay contiguous and mergeable however the live
 // set grows and shrinks. Built on the seam's vm_* calls (emulated too).
 //
-// Physical memory comes in uniform "chunks" (one physical allocation each): 2 MiB in the small
-// pool, expandable_segments_chunk_pages pages in the large pool (default 4 = 8 MiB). Uniform
-// chunks make physical allocations interchangeable: a chunk unmapped in one place is mapped
-// again somewhere else without a release + create (DeviceAllocator keeps such "spare" handles
-// for the allocation that asked for the pages to move). Rejected: variable chunks sized to each
-// run of missing pages (the previous design): a chunk could only be reused for a run of exactly
-// its size, and big chunks straddling live blocks could not be unmapped at all.
-// Chunk size, measured on five traces (replay, emulated; the footprint budget of 1/32):
-// 8 MiB keeps peak reserved / peak allocated <= 1.04 on all; 16 MiB made varlen_infer (650 MiB
-// peak) 1.06 (holes smaller than a chunk cannot be unmapped) for half the driver calls; 20 MiB
-// (torch's large page) 1.08.
+// Physical memory comes in "chunks" (one physical allocation each), a power-of-two number of
+// "units" long and aligned to their own size from the segment's base (buddy-style): the unit
+// is 2 MiB in the small pool and expandable_segments_chunk_pages pages in the large pool
+// (default 4 = 8 MiB). The small pool maps one unit per chunk; the large pool's chunk grows
+// with the pool (DeviceAllocator::chunk_for): the largest power-of-two multiple of the unit
+// that is <= the pool's footprint slack (its size / expandable_segments_slack_div), at most
+// 128 MiB, so pools under 512 MiB keep 8 MiB chunks. Why: every chunk costs a create, a map
+// and (later) an unmap and a destroy, and a chunk-per-8-MiB layout made 10-25x torch's
+// device calls on the recorded traces; a chunk no bigger than the slack keeps what bigger
+// chunks cost (a free hole smaller than a chunk cannot be unmapped) within the footprint
+// budget. Natural alignment keeps the page table simple (a chunk's head is its unit index
+// rounded down to its length) and lets a smaller chunk always fill a bigger one's place.
+// Chunks of one size are interchangeable: a chunk unmapped in one place is mapped again
+// somewhere else without a release + create (DeviceAllocator keeps such "spare" handles, with
+// their sizes, for the allocation that asked for the pages to move).
+// Chunk size, measured before (uniform chunks, five traces, replay, emulated; the footprint
+// budget of 1/32): 8 MiB kept peak reserved / peak allocated <= 1.04 on all; a uniform 16 MiB
+// made varlen_infer (650 MiB peak) 1.06; 20 MiB (torch's large page) 1.08: hence small pools
+// keep 8 MiB.
 //
 // Unmapping is split in two so the driver calls run outside the allocator's locks (they may
 // wait for the device, see locks.hpp): detach() updates the page table under the locks and
@@ -58,14 +66,14 @@ struct VmCallCounts {
 
 struct ExpandableSegment {
   ExpandableSegment(detail::Backend& b, int device, detail::StreamHandle stream,
-                    std::size_t reserve_bytes, std::size_t chunk_bytes, bool small);
+                    std::size_t reserve_bytes, std::size_t unit_bytes, bool small);
   ~ExpandableSegment();  // unmaps and releases (skipped at process exit)
   ExpandableSegment(const ExpandableSegment&) = delete;
   ExpandableSegment& operator=(const ExpandableSegment&) = delete;
 
   // A physical chunk taken out of the page table, to be unmapped (and destroyed or reused).
   struct DetachedChunk {
-    std::uintptr_t va = 0;
+    std::uintptr_t va = 0;  // bytes: the chunk's own size (chunks differ in size)
     std::size_t bytes = 0;
     detail::PhysMemHandle handle = 0;
     int fd = -1;  // exported descriptor (closed by unmap; the chunk must then be destroyed)
@@ -75,18 +83,28 @@ struct ExpandableSegment {
   struct SharedChunk {
     int fd = -1;
     std::uint64_t serial = 0;
+    std::size_t bytes = 0;  // the chunk's size
+  };
+  // A physical handle unmapped to be mapped again elsewhere, and its size.
+  struct Spare {
+    detail::PhysMemHandle handle = 0;
+    std::size_t bytes = 0;
   };
 
-  // Maps every unmapped chunk overlapping [addr, addr+bytes), taking physical handles from
-  // the back of `spares` first (they must be chunk_bytes() long) and creating the rest.
-  // Returns the bytes newly mapped, or SIZE_MAX on out-of-memory (then nothing new stays
-  // mapped; spares taken are handed back).
-  std::size_t map(std::uintptr_t addr, std::size_t bytes,
-                  std::vector<detail::PhysMemHandle>& spares, VmCallCounts& calls);
-  // The largest chunk-aligned sub-range of [addr, addr+bytes) ({0,0} if none).
+  // Maps [addr, addr+bytes) (unit-aligned, all unmapped; addr+bytes <= limit, the end of the
+  // unmapped run) with chunks of at most max_chunk bytes: at each place the largest chunk its
+  // alignment allows, no bigger than needed to cover the rest (so the mapping ends at most one
+  // chunk-rounding past addr+bytes, never past limit). Spares (any power-of-two multiple of
+  // the unit) are used first: one of the planned size, else the largest smaller one; the rest
+  // are created. Returns the end address of the mapping, or 0 on out-of-memory (then nothing
+  // new stays mapped; spares taken are handed back). *from_spares: bytes mapped from spares.
+  std::uintptr_t map(std::uintptr_t addr, std::size_t bytes, std::uintptr_t limit,
+                     std::size_t max_chunk, std::vector<Spare>& spares, VmCallCounts& calls,
+                     std::size_t* from_spares);
+  // The largest run of whole chunks inside [addr, addr+bytes) ({0,0} if none).
   std::pair<std::uintptr_t, std::uintptr_t> unmappable(std::uintptr_t addr,
                                                        std::size_t bytes) const;
-  // Takes the mapped chunks inside the chunk-aligned [addr, addr+bytes) out of the page
+  // Takes the mapped chunks inside [addr, addr+bytes) (chunk boundaries) out of the page
   // table (they read as unmapped from now on) and appends them to `out`. Returns their bytes.
   std::size_t detach(std::uintptr_t addr, std::size_t bytes, std::vector<DetachedChunk>& out);
   // The chunks covering [addr, addr+bytes) (all must be mapped), in address order; exports
@@ -98,9 +116,14 @@ struct ExpandableSegment {
                     VmCallCounts& calls);
   static void destroy(detail::Backend& backend, detail::PhysMemHandle h, VmCallCounts& calls);
 
-  std::size_t mapped_bytes() const noexcept { return mapped_chunks_ * chunk_; }
-  std::size_t chunk_bytes() const noexcept { return chunk_; }
-  bool is_mapped(std::uintptr_t addr) const noexcept { return handle_[(addr - base) / chunk_] != 0; }
+  std::size_t mapped_bytes() const noexcept { return mapped_units_ * unit_; }
+  std::size_t unit_bytes() const noexcept { return unit_; }
+  bool is_mapped(std::uintptr_t addr) const noexcept { return len_[(addr - base) / unit_] != 0; }
+  // Start of the chunk holding addr (mapped).
+  std::uintptr_t chunk_start(std::uintptr_t addr) const noexcept {
+    const std::size_t u = (addr - base) / unit_;
+    return base + (u - u % len_[u]) * unit_;
+  }
 
   detail::Backend& backend;
   int device;
@@ -112,10 +135,13 @@ struct ExpandableSegment {
   Block* first = nullptr;  // lowest-address block (maintained on merge)
 
  private:
-  std::size_t chunk_ = 0;
-  std::vector<detail::PhysMemHandle> handle_;  // per chunk; 0 = unmapped
-  std::size_t mapped_chunks_ = 0;
-  std::unordered_map<std::size_t, SharedChunk> exported_;  // chunk index -> its export
+  std::size_t unit_ = 0;
+  // Per unit: the length in units of the chunk covering it (0 = unmapped), and the chunk's
+  // physical handle at its first unit.
+  std::vector<std::uint32_t> len_;
+  std::vector<detail::PhysMemHandle> handle_;
+  std::size_t mapped_units_ = 0;
+  std::unordered_map<std::size_t, SharedChunk> exported_;  // first unit of a chunk -> export
 };
 
 }  // namespace cudakit::memory

@@ -12,8 +12,11 @@
 // the descriptors with pidfd_open + pidfd_getfd (Linux >= 5.6; no server thread in the
 // exporter), imports them (Backend::vm_import_fd), maps them back to back into address space
 // it reserves, and on close unmaps, destroys and releases them. Handle layout:
-//   bytes[64]: VmHeader (magic "ckVMipc1", pid, chunk count, chunk bytes);
-//   chunks:    one VmChunk per chunk, in address order (fd in the exporter; device and inode
+//   bytes[64]: VmHeader (magic "ckVMipc2", pid, chunk count, unit bytes: the exporter's
+//              vm_granularity);
+//   chunks:    one VmChunk per chunk, in address order (fd in the exporter; the chunk's size
+//              in units: chunks differ in size, as a large pool's chunks grow with the pool,
+//              expandable_segment.hpp; version 1 had one chunk size in the header; device and inode
 //              of the file it names, so a descriptor number reused for another file after
 //              the exporter released the chunk is detected; a serial number, so a handle
 //              re-made from reused numbers never hits the importer's cache of older ones).
@@ -51,17 +54,17 @@
 
 namespace cudakit {
 namespace {
-constexpr char kVmMagic[8] = {'c', 'k', 'V', 'M', 'i', 'p', 'c', '1'};
+constexpr char kVmMagic[8] = {'c', 'k', 'V', 'M', 'i', 'p', 'c', '2'};
 
 struct VmHeader {
   char magic[8];
   std::int32_t pid;
   std::uint32_t count;
-  std::uint64_t chunk_bytes;
+  std::uint64_t unit_bytes;
 };
 struct VmChunk {
   std::int32_t fd;
-  std::uint32_t reserved;
+  std::uint32_t units;  // the chunk's size, in VmHeader::unit_bytes
   std::uint64_t dev, ino, serial;
 };
 static_assert(sizeof(VmHeader) <= sizeof(IpcMemHandle::bytes));
@@ -73,7 +76,8 @@ struct Opened {
   int refs = 0;
   bool vm = false;
   std::uintptr_t va = 0;
-  std::size_t bytes = 0, chunk = 0;
+  std::size_t bytes = 0;
+  std::vector<std::size_t> sizes;  // per chunk
   std::vector<detail::PhysMemHandle> handles;
 };
 std::mutex g_ipc_mutex;
@@ -104,7 +108,7 @@ IpcMemHandle export_expandable(int device, const memory::DeviceAllocator::Expand
   std::memcpy(hd.magic, kVmMagic, sizeof kVmMagic);
   hd.pid = static_cast<std::int32_t>(::getpid());
   hd.count = static_cast<std::uint32_t>(s.chunks.size());
-  hd.chunk_bytes = s.chunk;
+  hd.unit_bytes = detail::backend().vm_granularity(device);
   std::memcpy(h.bytes, &hd, sizeof hd);
   h.chunks.resize(s.chunks.size() * sizeof(VmChunk));
   for (std::size_t i = 0; i < s.chunks.size(); ++i) {
@@ -114,6 +118,7 @@ IpcMemHandle export_expandable(int device, const memory::DeviceAllocator::Expand
                   std::string(std::strerror(errno)));
     VmChunk c{};
     c.fd = s.chunks[i].fd;
+    c.units = static_cast<std::uint32_t>(s.chunks[i].bytes / hd.unit_bytes);
     c.dev = static_cast<std::uint64_t>(st.st_dev);
     c.ino = static_cast<std::uint64_t>(st.st_ino);
     c.serial = s.chunks[i].serial;
@@ -167,13 +172,24 @@ void open_expandable(const IpcMemHandle& handle, Opened& o) {
   std::memcpy(&hd, handle.bytes, sizeof hd);
   const std::size_t gran = b.vm_granularity(handle.device);
   if (hd.count == 0 || handle.chunks.size() != hd.count * sizeof(VmChunk) ||
-      hd.chunk_bytes == 0 || hd.chunk_bytes % gran != 0 || hd.chunk_bytes > (SIZE_MAX >> 1) / hd.count)
+      hd.unit_bytes == 0 || hd.unit_bytes % gran != 0 || hd.unit_bytes > (SIZE_MAX >> 1) / hd.count)
     throw ValueError("ipc_import: not a handle made by ipc_export: the chunk table of an "
                      "expandable-segment handle does not match its header (" +
                      std::to_string(handle.chunks.size()) + " bytes for " +
-                     std::to_string(hd.count) + " chunks of " +
-                     std::to_string(hd.chunk_bytes) + " bytes)");
-  const std::size_t bytes = hd.count * hd.chunk_bytes;
+                     std::to_string(hd.count) + " chunks in units of " +
+                     std::to_string(hd.unit_bytes) + " bytes)");
+  std::vector<VmChunk> table(hd.count);
+  std::memcpy(table.data(), handle.chunks.data(), handle.chunks.size());
+  // Each chunk's size; their sum must not overflow (units < 2^32, unit < 2^63 / count).
+  std::vector<std::size_t> sizes;
+  std::size_t bytes = 0;
+  for (const VmChunk& c : table) {
+    if (c.units == 0 || c.units > (SIZE_MAX >> 1) / hd.unit_bytes / hd.count)
+      throw ValueError("ipc_import: not a handle made by ipc_export: a chunk of " +
+                       std::to_string(c.units) + " units in the chunk table");
+    sizes.push_back(c.units * hd.unit_bytes);
+    bytes += sizes.back();
+  }
   if (handle.offset + handle.size > bytes)
     throw ValueError("ipc_import: handle.offset " + std::to_string(handle.offset) +
                      " + handle.size " + std::to_string(handle.size) + " runs past the " +
@@ -194,15 +210,13 @@ void open_expandable(const IpcMemHandle& handle, Opened& o) {
                       std::to_string(hd.pid) + " cannot be reached (" + std::strerror(err) +
                       "; it has exited?)");
   }
-  std::vector<VmChunk> table(hd.count);
-  std::memcpy(table.data(), handle.chunks.data(), handle.chunks.size());
   std::uintptr_t va = 0;
   std::vector<detail::PhysMemHandle> handles;
   try {
     for (std::size_t i = 0; i < table.size(); ++i) {
       const int fd = fetch_fd(pidfd, hd.pid, table[i], i);
       try {
-        handles.push_back(b.vm_import_fd(handle.device, fd, hd.chunk_bytes));
+        handles.push_back(b.vm_import_fd(handle.device, fd, sizes[i]));
       } catch (...) {
         ::close(fd);
         throw;
@@ -214,7 +228,7 @@ void open_expandable(const IpcMemHandle& handle, Opened& o) {
       throw OutOfMemoryError("ipc_import: cannot reserve " + std::to_string(bytes) +
                                  " bytes of address space for the imported memory",
                              handle.device, bytes);
-    b.vm_map_chunks(va, hd.chunk_bytes, handles.data(), handles.size(), handle.device);
+    b.vm_map_chunks(va, sizes.data(), handles.data(), handles.size(), handle.device);
   } catch (...) {
     ::close(pidfd);
     for (detail::PhysMemHandle h : handles) {
@@ -235,7 +249,7 @@ void open_expandable(const IpcMemHandle& handle, Opened& o) {
   o.vm = true;
   o.va = va;
   o.bytes = bytes;
-  o.chunk = hd.chunk_bytes;
+  o.sizes = std::move(sizes);
   o.handles = std::move(handles);
   o.base = reinterpret_cast<void*>(va);
 }
@@ -254,8 +268,11 @@ void close_opened(detail::Backend& b, const Opened& o) {
     }
   };
   // Chunk by chunk: cuMemUnmap takes whole mappings.
-  for (std::size_t off = 0; off < o.bytes; off += o.chunk)
-    attempt([&] { b.vm_unmap(o.va + off, o.chunk); });
+  std::uintptr_t at = o.va;
+  for (std::size_t size : o.sizes) {
+    attempt([&] { b.vm_unmap(at, size); });
+    at += size;
+  }
   for (detail::PhysMemHandle h : o.handles) attempt([&] { b.vm_destroy(h); });
   attempt([&] { b.vm_release(o.va, o.bytes); });
   if (error) std::rethrow_exception(error);

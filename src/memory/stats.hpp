@@ -95,6 +95,9 @@ class DeviceStats {
   std::size_t reserved_bytes() const noexcept {
     return static_cast<std::size_t>(s_.reserved_bytes[0].current);
   }
+  std::size_t reserved_bytes(bool small) const noexcept {  // of one pool kind
+    return static_cast<std::size_t>(s_.reserved_bytes[small ? 1 : 2].current);
+  }
   std::size_t allocated_bytes() const noexcept {
     return static_cast<std::size_t>(s_.allocated_bytes[0].current);
   }

@@ -231,6 +231,35 @@ TEST(MemoryAllocator, ExpandableSegmentsGrantAccessOncePerRun) {
   EXPECT_EQ(calls.unmap.load(), calls.map.load());
 }
 
+// A large pool's chunk grows with the pool (expandable_segment.hpp): a power-of-two
+// multiple of 8 MiB up to the footprint slack (pool / 32), at most 128 MiB; pools under
+// 512 MiB keep 8 MiB chunks. Fewer, bigger chunks: fewer create/map/unmap/destroy calls.
+TEST(MemoryAllocator, ExpandableSegmentsChunksGrowWithPool) {
+  DeviceAllocator a = make("expandable_segments:True");
+  const auto& calls = a.vm_calls();
+  auto* small = a.malloc(400 * kMiB, nullptr);  // a 400 MiB pool: 8 MiB chunks
+  EXPECT_EQ(calls.create.load(), 50u);
+  a.free(reinterpret_cast<void*>(small->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+  const auto created = calls.create.load();
+  auto* big = a.malloc(4096 * kMiB, nullptr);  // a 4 GiB pool: 128 MiB chunks
+  // 32 chunks of 128 MiB, plus one of 64 MiB mapped ahead (up to the next 80 MiB boundary).
+  EXPECT_EQ(calls.create.load() - created, 33u);
+  EXPECT_EQ(calls.access.load(), 2u) << "one access grant per allocation's run of chunks";
+  const auto s = a.stats();
+  EXPECT_LE(s.reserved_bytes[0].current, static_cast<std::int64_t>(4096 * kMiB + 4096 * kMiB / 32));
+  DeviceAllocator::ExpandableShare share;
+  ASSERT_TRUE(a.share_expandable(reinterpret_cast<void*>(big->ptr), share));
+  ASSERT_FALSE(share.chunks.empty());
+  EXPECT_EQ(share.chunks.front().bytes, 128 * kMiB);
+  EXPECT_EQ(share.chunks.back().bytes, 128 * kMiB);
+  a.free(reinterpret_cast<void*>(big->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+  EXPECT_EQ(calls.create.load(), calls.destroy.load()) << "every physical chunk released";
+}
+
 TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {
   DeviceAllocator a = make("max_split_size_mb:64");
   auto* big = a.malloc(100 * kMiB, nullptr);

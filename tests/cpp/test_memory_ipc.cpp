@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -159,7 +160,9 @@ bool fd_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
 //   "stale": on "release", frees the allocation, empties the cache (its chunks and their
 //            descriptors go), exports a fresh allocation (so descriptor numbers are reused)
 //            and answers "released";
-//   "exit":  exits right after sending the handle.
+//   "exit":  exits right after sending the handle;
+//   "mixed": as "data", after a 600 MiB allocation in front: the pool has grown past 512 MiB,
+//            so its chunks grow to 16 MiB and the export spans chunks of 16 and 8 MiB.
 TEST(ExpandableIpc, ExporterChild) {
   const char* env = std::getenv(kRoleEnv);
   if (!env) GTEST_SKIP() << "runs as a child process of the ExpandableIpc tests";
@@ -167,7 +170,8 @@ TEST(ExpandableIpc, ExporterChild) {
   int out = -1, in = -1;
   ASSERT_EQ(std::sscanf(env, "%15[a-z]:%d:%d", mode, &out, &in), 3);
   use_expandable();
-  void* lead = caching_allocator_alloc(kLead);
+  const bool mixed = std::strcmp(mode, "mixed") == 0;
+  void* lead = caching_allocator_alloc(mixed ? 600 * kMiB : kLead);
   void* p = caching_allocator_alloc(kBytes);
   fill(p, kBytes, 1, current_device());
   IpcMemHandle h;
@@ -180,7 +184,7 @@ TEST(ExpandableIpc, ExporterChild) {
   write_all(out, to_text(h));
   if (std::strcmp(mode, "exit") == 0) return;
   const std::string cmd = read_line(in);
-  if (std::strcmp(mode, "data") == 0 && cmd == "check") {
+  if ((std::strcmp(mode, "data") == 0 || mixed) && cmd == "check") {
     write_all(out, holds(p, kBytes, 2, h.device) ? "ok\n" : "bad\n");
     read_line(in);  // the parent closes the pipe when done
   } else if (std::strcmp(mode, "stale") == 0 && cmd == "release") {
@@ -213,7 +217,7 @@ TEST(ExpandableIpc, HandleFormatAndSameProcess) {
     caching_allocator_delete(lead);
     GTEST_SKIP() << e.what();
   }
-  EXPECT_EQ(std::memcmp(h.bytes, "ckVMipc1", 8), 0);
+  EXPECT_EQ(std::memcmp(h.bytes, "ckVMipc2", 8), 0);
   EXPECT_FALSE(h.chunks.empty());
   EXPECT_EQ(h.chunks.size() % 32, 0u);
   EXPECT_GT(h.offset, 0u);  // the allocation starts inside its first chunk
@@ -242,7 +246,7 @@ TEST(ExpandableIpc, HandleFormatAndSameProcess) {
 TEST(ExpandableIpc, MalformedHandlesAreValueErrors) {
   if (std::getenv(kRoleEnv)) GTEST_SKIP();
   IpcMemHandle h;
-  std::memcpy(h.bytes, "ckVMipc1", 8);
+  std::memcpy(h.bytes, "ckVMipc2", 8);
   h.device = 0;
   h.size = 16;
   EXPECT_THROW(ipc_import(h), ValueError);  // expandable header without its chunk table
@@ -260,10 +264,12 @@ TEST(ExpandableIpc, MalformedHandlesAreValueErrors) {
     std::int32_t pid;
     std::uint32_t count;
     std::uint64_t chunk;
-  } hd{{'c', 'k', 'V', 'M', 'i', 'p', 'c', '1'}, 0x7fffffff, 1,
+  } hd{{'c', 'k', 'V', 'M', 'i', 'p', 'c', '2'}, 0x7fffffff, 1,
        detail::backend().vm_granularity(0)};
   std::memcpy(h.bytes, &hd, sizeof hd);
   h.chunks.assign(32, 0);
+  EXPECT_THROW(ipc_import(h), ValueError);  // a chunk of 0 units
+  h.chunks[4] = 1;                          // VmChunk::units = 1
   try {
     ipc_import(h);
     ADD_FAILURE() << "imported a handle of a process that does not exist";
@@ -303,6 +309,49 @@ TEST(ExpandableIpc, ChildExportsParentImports) {
   EXPECT_TRUE(holds(p, kBytes, 2, h.device));
   ipc_close(p2);  // each import has its own close
   EXPECT_THROW(ipc_close(p), ValueError);
+  ipc_collect();
+}
+
+// Chunks of different sizes (a large pool past 512 MiB maps 16 MiB chunks, and 8 MiB ones
+// where alignment asks): the chunk table carries each chunk's size, and the importer maps
+// them back to back at the exporter's offsets.
+TEST(ExpandableIpc, ChunksOfDifferentSizes) {
+  if (std::getenv(kRoleEnv)) GTEST_SKIP();
+  Child c;
+  ASSERT_TRUE(spawn_exporter("mixed", c));
+  const std::string line = read_line(c.from);
+  if (line.rfind("error ", 0) == 0) GTEST_SKIP() << line;
+  IpcMemHandle h = from_text(line);
+  ASSERT_EQ(h.size, kBytes);
+  std::uint64_t unit;
+  std::memcpy(&unit, h.bytes + 16, sizeof unit);
+  std::vector<std::size_t> sizes;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i * 32 < h.chunks.size(); ++i) {
+    std::uint32_t units;
+    std::memcpy(&units, h.chunks.data() + i * 32 + 4, sizeof units);
+    sizes.push_back(units * unit);
+    total += sizes.back();
+  }
+  ASSERT_GE(sizes.size(), 2u);
+  EXPECT_EQ(sizes.front(), 16 * kMiB) << "the pool's chunks did not grow past 512 MiB";
+  EXPECT_NE(*std::min_element(sizes.begin(), sizes.end()),
+            *std::max_element(sizes.begin(), sizes.end()))
+      << "all chunks of one size: the test no longer covers mixed sizes";
+  EXPECT_GE(total, h.offset + h.size);
+  EXPECT_GT(h.offset, 0u);
+  void* p = nullptr;
+  try {
+    p = ipc_import(h);
+  } catch (const IoError& e) {
+    if (e.error_number() == EPERM) GTEST_SKIP() << e.what();
+    throw;
+  }
+  EXPECT_TRUE(holds(p, kBytes, 1, h.device)) << "the importer does not see the exporter's data";
+  fill(p, kBytes, 2, h.device);
+  EXPECT_EQ(c.send_and_read("check"), "ok") << "the exporter does not see the importer's data";
+  EXPECT_EQ(c.wait(), 0);
+  ipc_close(p);
   ipc_collect();
 }
 

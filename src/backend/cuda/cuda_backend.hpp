@@ -85,7 +85,7 @@ class CudaBackend final : public Backend {
   void vm_destroy(PhysMemHandle h) override;
   void vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, int device) override;
   void vm_unmap(std::uintptr_t va, std::size_t bytes) override;
-  void vm_map_chunks(std::uintptr_t va, std::size_t chunk, const PhysMemHandle* h, std::size_t n,
+  void vm_map_chunks(std::uintptr_t va, const std::size_t* sizes, const PhysMemHandle* h, std::size_t n,
                      int device) override;
   int vm_export_fd(PhysMemHandle h) override;
   PhysMemHandle vm_import_fd(int device, int fd, std::size_t bytes) override;

@@ -254,18 +254,22 @@ void CudaBackend::vm_map(std::uintptr_t va, std::size_t bytes, PhysMemHandle h, 
   }
 }
 
-void CudaBackend::vm_map_chunks(std::uintptr_t va, std::size_t chunk, const PhysMemHandle* h,
-                                std::size_t n, int device) {
+void CudaBackend::vm_map_chunks(std::uintptr_t va, const std::size_t* sizes,
+                                const PhysMemHandle* h, std::size_t n, int device) {
   if (n == 0) return;
   ContextScope scope(*this, device, "vm_map");
   const EntryPoints& t = api("vm_map");
   auto map = CUDAKIT_CU_OPTIONAL(t, cuMemMap);
   std::size_t i = 0;
+  std::uintptr_t at = va;  // start of chunk i
   auto undo = [&] {
-    while (i-- > 0) t.cuMemUnmap(static_cast<CUdeviceptr>(va + i * chunk), chunk);
+    while (i-- > 0) {
+      at -= sizes[i];
+      t.cuMemUnmap(static_cast<CUdeviceptr>(at), sizes[i]);
+    }
   };
-  for (; i < n; ++i) {
-    CUresult rc = map(static_cast<CUdeviceptr>(va + i * chunk), chunk, 0,
+  for (; i < n; at += sizes[i], ++i) {
+    CUresult rc = map(static_cast<CUdeviceptr>(at), sizes[i], 0,
                       static_cast<CUmemGenericAllocationHandle>(h[i]), 0);
     if (rc != CUDA_SUCCESS) {
       undo();
@@ -277,7 +281,7 @@ void CudaBackend::vm_map_chunks(std::uintptr_t va, std::size_t chunk, const Phys
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemSetAccess)(static_cast<CUdeviceptr>(va), n * chunk,
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuMemSetAccess)(static_cast<CUdeviceptr>(va), at - va,
                                                         &access, 1);
   if (rc != CUDA_SUCCESS) {
     undo();
