@@ -152,7 +152,9 @@ TEST(MemoryHistory, StateModeWithSegmentEventsKeepsEachBlocksOwnStack) {
   caching_allocator_delete(b);
 }
 
-__attribute__((noinline)) void* history_site_gamma(std::size_t n) {
+// Call sites of their own, one per K (the symbolizer names them "history_site<K>(...)").
+template <int K>
+__attribute__((noinline)) void* history_site(std::size_t n) {
   void* p = caching_allocator_alloc(n);
   asm volatile("" ::: "memory");
   return p;
@@ -166,16 +168,19 @@ TEST(MemoryHistory, ReenablingKeepsCachedStacksConsistent) {
   // Re-enabling history clears the ring, but the recorder's stack cache (the intern table and
   // its most-recently-used entries) outlives it. A free whose stack was cached while only the
   // old ring referenced it was handed out again before the ring was cleared: the clear
-  // returned the record to the pool while the new entry still pointed at it, and the next new
+  // returned the record to the pool while the new entry still pointed at it, and a later new
   // stack (another call site) overwrote it, so the free entries named that call site. A record
   // on the pool twice also made its free list a cycle (a hang, hence the watchdog).
   cudakit::testing::HangWatchdog watchdog(120, "re-enabling allocation history");
   HistoryOff off;
-  void* (*const sites[])(std::size_t) = {history_site_alpha, history_site_beta, history_site_gamma};
-  const char* const site_names[] = {"history_site_alpha", "history_site_beta",
-                                    "history_site_gamma"};
+  constexpr int kRounds = 3, kPerRound = 3;
+  void* (*const sites[kRounds * kPerRound])(std::size_t) = {
+      history_site<0>, history_site<1>, history_site<2>, history_site<3>, history_site<4>,
+      history_site<5>, history_site<6>, history_site<7>, history_site<8>};
+  auto site_name = [](int k) { return "history_site<" + std::to_string(k) + ">"; };
   std::vector<void*> live;
-  for (int round = 0; round < 3; ++round) {
+  std::map<std::uintptr_t, int> site_of;  // live block -> the site that allocated it
+  for (int round = 0; round < kRounds; ++round) {
     // Off and on again; the middle round also changes the settings (a smaller ring).
     record_memory_history(std::nullopt);
     record_memory_history("all", "all", "cpp", round == 1 ? 64 : 1000);
@@ -183,11 +188,16 @@ TEST(MemoryHistory, ReenablingKeepsCachedStacksConsistent) {
     // event after re-enabling frees with the stack that the previous round cached.
     for (void* p : live) history_free_site(p);
     live.clear();
-    for (int i = 0; i < 3; ++i) live.push_back(sites[round](4096 * (i + 1)));
+    site_of.clear();
+    // New call sites, each a new stack record (taken from the pool, where the bug left the
+    // free's record).
+    for (int i = 0; i < kPerRound; ++i) {
+      const int k = round * kPerRound + i;
+      live.push_back(sites[k](4096 * (i + 1)));
+      site_of[reinterpret_cast<std::uintptr_t>(live.back())] = k;
+    }
   }
   const json tr = traces();
-  std::map<std::uintptr_t, int> site_of;  // live blocks: the round (site) that allocated them
-  for (void* p : live) site_of[reinterpret_cast<std::uintptr_t>(p)] = 2;
   int allocs = 0, frees = 0;
   for (const json& e : tr) {
     const std::string action = e["action"];
@@ -196,37 +206,37 @@ TEST(MemoryHistory, ReenablingKeepsCachedStacksConsistent) {
       ++allocs;
       const auto it = site_of.find(e["addr"].get<std::uintptr_t>());
       ASSERT_NE(it, site_of.end()) << "an alloc of the last round only";
-      EXPECT_TRUE(mentions(frames, site_names[it->second])) << ::testing::PrintToString(frames);
-      for (int other = 0; other < 3; ++other) {
-        if (other != it->second) EXPECT_FALSE(mentions(frames, site_names[other]));
-      }
+      EXPECT_TRUE(mentions(frames, site_name(it->second))) << ::testing::PrintToString(frames);
+      EXPECT_FALSE(mentions(frames, "history_free_site")) << ::testing::PrintToString(frames);
     } else if (action == "free_requested" || action == "free_completed") {
       ++frees;
       EXPECT_TRUE(mentions(frames, "history_free_site")) << ::testing::PrintToString(frames);
-      for (const char* site : site_names) EXPECT_FALSE(mentions(frames, site)) << site;
+      EXPECT_FALSE(mentions(frames, "history_site<")) << ::testing::PrintToString(frames);
     }
   }
-  EXPECT_EQ(allocs, 3);
-  EXPECT_EQ(frees, 6);  // the previous round's three blocks, requested and completed
+  EXPECT_EQ(allocs, kPerRound);
+  EXPECT_EQ(frees, 2 * kPerRound);  // the previous round's blocks, requested and completed
   // The live blocks show their own allocation stacks too.
   const json snap = json::parse(memory_snapshot_json());
   int blocks = 0;
   for (const json& seg : snap["segments"]) {
     for (const json& blk : seg["blocks"]) {
-      if (!site_of.count(blk["address"].get<std::uintptr_t>())) continue;
+      const auto it = site_of.find(blk["address"].get<std::uintptr_t>());
+      if (it == site_of.end()) continue;
       ++blocks;
-      EXPECT_TRUE(mentions(names(blk), "history_site_gamma")) << ::testing::PrintToString(names(blk));
+      EXPECT_TRUE(mentions(names(blk), site_name(it->second)))
+          << ::testing::PrintToString(names(blk));
     }
   }
-  EXPECT_EQ(blocks, 3);
+  EXPECT_EQ(blocks, kPerRound);
   for (void* p : live) caching_allocator_delete(p);
   // And recording still works after all that.
   record_memory_history("all", "all", "cpp", 1000);
-  void* last = history_site_alpha(4096);
+  void* last = history_site<0>(4096);
   history_free_site(last);
   const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(last));
   ASSERT_EQ(es.size(), 3u);
-  EXPECT_TRUE(mentions(names(es[0]), "history_site_alpha"));
+  EXPECT_TRUE(mentions(names(es[0]), "history_site<0>"));
   EXPECT_TRUE(mentions(names(es[1]), "history_free_site"));
 }
 
