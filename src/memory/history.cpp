@@ -122,26 +122,43 @@ const StackBounds& stack_bounds() {
 
 }  // namespace
 
-// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. Frames
-// below `entry` (the allocator's own) are skipped. Stops at the first frame pointer that is
-// outside this thread's stack, misaligned or not increasing, so code built without frame
-// pointers ends the walk early instead of producing garbage. ~20 ns for 16 frames, vs
-// ~1-4 µs for glibc backtrace() (which unwinds with DWARF tables).
-__attribute__((noinline)) int walk_frames(void** out, int max, std::uintptr_t entry) {
+// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. The walk
+// starts at `entry`, the allocator's (or the sanitizer's) entry frame, which is live below
+// us: the frames between it and here are the allocator's own, and walking them only to drop
+// them cost ~4 frames of work per call. Stops at the first frame pointer that is outside this
+// thread's stack, misaligned or not increasing, so code built without frame pointers ends
+// the walk early instead of producing garbage. ~20 ns for 16 frames, vs ~1-4 µs for glibc
+// backtrace() (which unwinds with DWARF tables).
+int walk_frames(void** out, int max, std::uintptr_t entry) {
   const StackBounds& sb = stack_bounds();
-  auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  std::uintptr_t fp = entry;
   int n = 0;
   while (n < max) {
     if (fp < sb.lo || fp + 2 * sizeof(void*) > sb.hi || (fp & (sizeof(void*) - 1))) break;
     const auto* frame = reinterpret_cast<void* const*>(fp);
-    void* ret = frame[1];
+    void* ret = frame[1];  // entry's own record holds the return into its caller
     if (!ret) break;
-    if (fp >= entry) out[n++] = ret;  // entry's own record holds the return into its caller
+    out[n++] = ret;
     const auto next = reinterpret_cast<std::uintptr_t>(frame[0]);
     if (next <= fp) break;
     fp = next;
   }
   return n;
+}
+
+const char* action_name(TraceAction a) noexcept {
+  switch (a) {
+    case kActionAlloc: return "alloc";
+    case kActionFreeRequested: return "free_requested";
+    case kActionFreeCompleted: return "free_completed";
+    case kActionFreePair: return "free_requested";  // the first of the pair's two entries
+    case kActionSegmentAlloc: return "segment_alloc";
+    case kActionSegmentFree: return "segment_free";
+    case kActionSegmentMap: return "segment_map";
+    case kActionSegmentUnmap: return "segment_unmap";
+    case kActionOom: return "oom";
+  }
+  return "?";
 }
 
 void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize) {
@@ -316,25 +333,26 @@ void HistoryRecorder::release(StackRecord* r) noexcept {
   r->py.clear();
   r->next = free_;
   free_ = r;
+  ++pooled_;
 }
 
 void HistoryRecorder::clear_ring() noexcept {
-  for (Slot& sl : ring_) release(sl.stack);
+  for (Slot& sl : ring_) release(sl.stack());
   ring_.clear();
   next_ = 0;
+  last_ = nullptr;
 }
 
-void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_t size,
+void HistoryRecorder::restart(std::uint64_t gen) noexcept {
+  clear_ring();
+  generation_ = gen;
+}
+
+void HistoryRecorder::record(TraceAction action, std::uintptr_t addr, std::size_t size,
                              detail::StreamHandle stream, StackRecord* stack,
                              std::uint64_t* op_ticks) {
   HotSettings& s = g_hot;
-  const std::uint64_t gen = s.generation.load(std::memory_order_relaxed);
-  if (gen != generation_) {  // history was (re-)enabled since the last entry: start afresh
-    clear_ring();
-    generation_ = gen;
-  }
   if (!s.trace.load(std::memory_order_relaxed)) return;
-  retain(stack);
   std::uint64_t ticks;
   if (op_ticks) {
     if (!*op_ticks) *op_ticks = now_ticks();
@@ -344,17 +362,34 @@ void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_
   }
   if (ticks < last_ticks_) ticks = last_ticks_;  // a thread moved to a core whose TSC lags
   last_ticks_ = ticks;
-  const Slot sl{action, addr, size, stream, ticks, stack};
+  const auto tagged = reinterpret_cast<std::uintptr_t>(stack);
+  // A free whose block completes at once (no other stream used it): the free_requested slot
+  // just written becomes a pair. Same time means the same allocator call (ticks are read once
+  // per call; a later call reads the clock again).
+  if (action == kActionFreeCompleted && last_ &&
+      last_->stack_action == (tagged | kActionFreeRequested) && last_->addr == addr &&
+      last_->ticks == ticks && last_->size == size && last_->stream == stream) {
+    last_->stack_action = tagged | kActionFreePair;
+    return;
+  }
+  // Retained before the slot it replaces releases its own: when both are the same record,
+  // releasing first could pool it while this entry still points at it.
+  retain(stack);
+  const Slot sl{addr, size, stream, ticks, tagged | action};
   const std::size_t cap = s.max_entries.load(std::memory_order_relaxed);
   if (ring_.size() < cap) {
     ring_.push_back(sl);
+    last_ = &ring_.back();
     return;
   }
   // Full. (A smaller max_entries arrives with a new generation, which clears the ring at the
-  // next entry; a racing entry in between overwrites in place, which is still correct.)
-  release(ring_[next_].stack);
-  ring_[next_] = sl;
+  // next event; a racing entry in between overwrites in place, which is still correct.)
+  Slot& old = ring_[next_];
+  StackRecord* dropped = old.stack();
+  old = sl;
+  last_ = &old;
   if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
+  release(dropped);
 }
 
 std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r,
@@ -373,12 +408,38 @@ std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r
 std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
   if (generation_ != g_hot.generation.load(std::memory_order_relaxed)) return {};
   const TickClock clock;
+  // The ring holds max_entries slots, a pair slot being two entries: the oldest entries
+  // beyond max_entries are left out, as a ring of single entries would have dropped them.
+  std::size_t entries = 0;
+  for (const Slot& sl : ring_) entries += sl.action() == kActionFreePair ? 2 : 1;
+  const std::size_t cap = g_hot.max_entries.load(std::memory_order_relaxed);
+  std::size_t skip = entries > cap ? entries - cap : 0;
   std::vector<TraceEntry> out;
-  out.reserve(ring_.size());
+  out.reserve(entries - skip);
   for (std::size_t i = 0; i < ring_.size(); ++i) {
     const Slot& sl = ring_[(next_ + i) % ring_.size()];
-    out.push_back(TraceEntry{sl.action, sl.addr, sl.size, sl.stream, clock.us(sl.ticks),
-                             context_of(sl.stack, contexts)});
+    const double t = clock.us(sl.ticks);
+    const TraceAction a = sl.action();
+    if (a == kActionFreePair) {
+      if (skip >= 2) {
+        skip -= 2;
+        continue;
+      }
+      auto ctx = context_of(sl.stack(), contexts);
+      if (skip) {
+        skip = 0;  // the oldest entry kept is the pair's free_completed
+      } else {
+        out.push_back(TraceEntry{"free_requested", sl.addr, sl.size, sl.stream, t, ctx});
+      }
+      out.push_back(TraceEntry{"free_completed", sl.addr, sl.size, sl.stream, t, std::move(ctx)});
+      continue;
+    }
+    if (skip) {
+      --skip;
+      continue;
+    }
+    out.push_back(TraceEntry{action_name(a), sl.addr, sl.size, sl.stream, t,
+                             context_of(sl.stack(), contexts)});
   }
   return out;
 }

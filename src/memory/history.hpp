@@ -27,6 +27,12 @@
 //    dependent multiplies are gone). The ≤ 1.3x goal is still missed in C++. Python
 //    (bench_history.py, 512 B): Python stacks 0.67-0.72 ->
 //    0.58-0.61 µs, C++ stacks 0.37-0.40 -> 0.33-0.36 µs (history off 0.26-0.30).
+//  * Branch histcost (callgrind, history_pair_loop; numbers in docs/performance.md): the walk
+//    starts at the allocator's entry frame instead of walking the allocator's own frames and
+//    dropping them; a free's free_requested and free_completed share one ring slot (the
+//    snapshot expands it into two entries); slots are 40 bytes (the action is a 4-bit code
+//    in the stack pointer's alignment bits); AllocTrace::record does only what the event
+//    needs.
 //
 // Thread-safety: record_memory_history() and history_settings() are thread-safe (settings are
 // atomics, read racily on the allocation path: they only change when history is switched).
@@ -72,6 +78,35 @@ inline bool allocator_events_wanted() noexcept {
   return history_enabled() ||
          g_allocator_observer.load(std::memory_order_relaxed) != nullptr;
 }
+
+// A trace entry's action as a small code (a ring slot keeps it in 4 spare bits). The names
+// are torch's; kActionFreePair is one slot standing for a free_requested entry followed by
+// a free_completed entry of the same call (same address, size, stream, stack and time).
+enum TraceAction : std::uint8_t {
+  kActionAlloc,
+  kActionFreeRequested,
+  kActionFreeCompleted,
+  kActionFreePair,
+  kActionSegmentAlloc,
+  kActionSegmentFree,
+  kActionSegmentMap,
+  kActionSegmentUnmap,
+  kActionOom,
+};
+// Folds to a constant for the literals at the allocator's call sites (note_event is inline).
+constexpr TraceAction action_code(const char* a) noexcept {
+  if (a[0] == 'a') return kActionAlloc;
+  if (a[0] == 'o') return kActionOom;
+  if (a[0] == 'f') return a[5] == 'r' ? kActionFreeRequested : kActionFreeCompleted;
+  switch (a[8]) {  // "segment_" + alloc / free / map / unmap
+    case 'a': return kActionSegmentAlloc;
+    case 'f': return kActionSegmentFree;
+    case 'm': return kActionSegmentMap;
+    default: return kActionSegmentUnmap;
+  }
+}
+// The name of a single-entry action (a literal); kActionFreePair has none.
+const char* action_name(TraceAction a) noexcept;
 
 // enabled: None/"state"/"all" as torch (nullptr = off); context: "state"|"alloc"|"all"|"";
 // stacks: "python"|"cpp"|"all"; max_entries: ring size per device (0 = unbounded).
@@ -146,7 +181,8 @@ void symbolize_cpp_frame(void* pc, std::string& file, std::string& name);
 // Stacks are interned (one record per distinct stack): a loop allocating from one call site
 // touches one hot record instead of a fresh one per event, whose release a full ring later
 // would be a cache miss (measured: 17% of a recorded alloc/free pair).
-struct StackRecord {
+// Aligned to 16 so that a ring slot can keep its TraceAction in the pointer's low 4 bits.
+struct alignas(16) StackRecord {
   std::uint32_t refs = 0;
   int depth = 0;
   std::uint64_t hash = 0;
@@ -162,6 +198,18 @@ class HistoryRecorder {
   ~HistoryRecorder();
   HistoryRecorder(const HistoryRecorder&) = delete;
   HistoryRecorder& operator=(const HistoryRecorder&) = delete;
+
+  // Starts afresh if history was (re-)enabled since the last event: the ring is cleared (its
+  // records released) BEFORE the event adopts or shows any stack. Adopting first handed out
+  // a cached record that only the old ring held; the clear then pooled it while the new entry
+  // kept it, and the next new stack overwrote it (wrong frames, and a free list cycle).
+  void sync() noexcept {
+    const std::uint64_t gen = g_hot.generation.load(std::memory_order_relaxed);
+    if (gen != generation_) restart(gen);
+  }
+  // Counts records returned to the pool: a record adopted at an earlier count may have been
+  // reused since (a caller caching one across events checks this, see AllocTrace).
+  std::uint64_t pooled() const noexcept { return pooled_; }
 
   // A pooled copy of `cap` with no reference yet: every holder (a block, a trace entry)
   // retains it, and it returns to the pool when the last one releases it. nullptr when cap
@@ -179,34 +227,46 @@ class HistoryRecorder {
     }
   }
 
-  // Appends a trace entry (when the settings record traces); takes its own reference.
-  // `op_ticks`: the timestamp shared by the events of one allocator call (0 = not read yet;
-  // filled here), since reading the clock costs ~10-30 ns in a VM.
-  void record(const char* action, std::uintptr_t addr, std::size_t size,
+  // Appends a trace entry (when the settings record traces); takes its own reference. Call
+  // sync() first (before adopting the stack). `op_ticks`: the timestamp shared by the events
+  // of one allocator call (0 = not read yet; filled here), since reading the clock costs
+  // ~10-30 ns in a VM. A free_completed that follows its call's free_requested (same block,
+  // stack and time) joins that entry's slot.
+  void record(TraceAction action, std::uintptr_t addr, std::size_t size,
               detail::StreamHandle stream, StackRecord* stack, std::uint64_t* op_ticks);
 
   // Snapshot form. `contexts` dedupes records shared by several entries and blocks.
   using ContextCache = std::unordered_map<const StackRecord*, std::shared_ptr<HistoryContext>>;
   std::shared_ptr<HistoryContext> context_of(const StackRecord* r, ContextCache& contexts) const;
+  // The newest max_entries entries, oldest first (a pair slot gives two).
   std::vector<TraceEntry> traces(ContextCache& contexts) const;
 
  private:
+  // 40 bytes (48 with the action as a pointer of its own): a recorded pair writes two slots,
+  // the alloc and the free pair, instead of three.
   struct Slot {
-    const char* action;
     std::uintptr_t addr;
     std::size_t size;
     detail::StreamHandle stream;
     std::uint64_t ticks;
-    StackRecord* stack;
+    std::uintptr_t stack_action;  // StackRecord* | TraceAction
+    StackRecord* stack() const noexcept {
+      return reinterpret_cast<StackRecord*>(stack_action & ~std::uintptr_t{15});
+    }
+    TraceAction action() const noexcept { return static_cast<TraceAction>(stack_action & 15); }
   };
+  static_assert(sizeof(Slot) == 40);
+  void restart(std::uint64_t gen) noexcept;
   void clear_ring() noexcept;
   StackRecord* new_record();
   StackRecord* intern(CapturedStack& cap);  // adopt's hash-table path
   void unintern(StackRecord* r) noexcept;
   std::vector<Slot> ring_;
   std::size_t next_ = 0;  // oldest slot once the ring is full
+  Slot* last_ = nullptr;  // the newest slot (a free_completed may join it)
   std::uint64_t generation_ = 0;
   std::uint64_t last_ticks_ = 0;  // entries never go back in time (TSCs of two cores may)
+  std::uint64_t pooled_ = 0;
   StackRecord* free_ = nullptr;
   std::vector<std::unique_ptr<StackRecord[]>> chunks_;
   std::vector<StackRecord*> buckets_;  // intern table (power-of-two size, chained)
