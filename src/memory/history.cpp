@@ -131,10 +131,13 @@ const StackBounds& stack_bounds() {
 // backtrace() (which unwinds with DWARF tables).
 int walk_frames(void** out, int max, std::uintptr_t entry) {
   const StackBounds& sb = stack_bounds();
+  // fp - lo > span: below lo (wraps around) or too close to hi, in one comparison.
+  if (sb.hi - sb.lo < 2 * sizeof(void*)) return 0;  // bounds unknown: no stack
+  const std::uintptr_t lo = sb.lo, span = sb.hi - sb.lo - 2 * sizeof(void*);
   std::uintptr_t fp = entry;
   int n = 0;
   while (n < max) {
-    if (fp < sb.lo || fp + 2 * sizeof(void*) > sb.hi || (fp & (sizeof(void*) - 1))) break;
+    if (fp - lo > span || (fp & (sizeof(void*) - 1))) break;
     const auto* frame = reinterpret_cast<void* const*>(fp);
     void* ret = frame[1];  // entry's own record holds the return into its caller
     if (!ret) break;
@@ -214,6 +217,7 @@ void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
   const int level = s.context.load(std::memory_order_relaxed);
   out.valid = level >= (is_free ? kContextAll : kContextState);
   if (!out.valid) return;
+  out.is_free = is_free;
   out.depth = s.cpp_stacks.load(std::memory_order_relaxed)
                   ? walk_frames(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
                   : 0;
@@ -249,24 +253,27 @@ StackRecord* HistoryRecorder::new_record() {
   return r;
 }
 
-static bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
-  // The innermost frame first: two call sites usually differ there.
-  return r->depth == cap.depth && (cap.depth == 0 || r->pc[0] == cap.pc[0]) && r->py == cap.py &&
-         std::memcmp(r->pc, cap.pc, sizeof(void*) * static_cast<std::size_t>(cap.depth)) == 0;
+static inline bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
+  if (r->depth != cap.depth) return false;
+  // Word by word, innermost frame first (two call sites usually differ there): for the ~8
+  // frames of a typical stack a loop costs less than the call to memcmp.
+  for (int i = 0; i < cap.depth; ++i) {
+    if (r->pc[i] != cap.pc[i]) return false;
+  }
+  return r->py.size() == cap.py.size() &&
+         (cap.py.empty() || std::equal(cap.py.begin(), cap.py.end(), r->py.begin()));
 }
 
 StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
   if (!cap.valid) return nullptr;
-  // The two most recently adopted stacks first (a loop's alloc and free call sites), compared
-  // without hashing: hashing a 16-frame stack and probing the table cost ~100 instructions.
-  if (mru_[0] && same_stack(mru_[0], cap)) return mru_[0];
-  if (mru_[1] && same_stack(mru_[1], cap)) {
-    std::swap(mru_[0], mru_[1]);
-    return mru_[0];
-  }
+  // The most recently adopted stack of the same kind first (a loop's alloc call site, its
+  // free call site), compared without hashing: hashing a 16-frame stack and probing the table
+  // cost ~100 instructions. One entry per kind, because a loop alternates allocs and frees
+  // (one shared pair of entries meant a failed comparison and a swap at every event).
+  StackRecord*& mru = mru_[cap.is_free];
+  if (mru && same_stack(mru, cap)) return mru;
   StackRecord* found = intern(cap);
-  mru_[1] = mru_[0];
-  mru_[0] = found;
+  mru = found;
   return found;
 }
 

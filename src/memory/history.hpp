@@ -143,6 +143,7 @@ void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& lin
 // A stack captured at the entry of an allocator call (on the caller's stack, before locking).
 struct CapturedStack {
   bool valid = false;  // false: this call records no stack (settings say so)
+  bool is_free = false;  // a free's stack (the recorder caches one stack of each kind)
   int depth = 0;
   void* pc[kMaxStackFrames];
   std::vector<PyFrameRef> py;
@@ -271,7 +272,8 @@ class HistoryRecorder {
   std::vector<std::unique_ptr<StackRecord[]>> chunks_;
   std::vector<StackRecord*> buckets_;  // intern table (power-of-two size, chained)
   std::size_t interned_ = 0;
-  StackRecord* mru_[2] = {nullptr, nullptr};  // most recently adopted (interned, in use)
+  // The most recently adopted stack of an alloc [0] and of a free [1] (interned, in use).
+  StackRecord* mru_[2] = {nullptr, nullptr};
 };
 
 }  // namespace cudakit::memory
