@@ -49,12 +49,13 @@ void AllocTrace::record(TraceAction action, std::uintptr_t addr, std::size_t siz
   } else if (level >= kContextAlloc) {  // segment_* / oom: the stack of the call causing it
     shown = op_stack();
   }
-  recorder_.record(action, addr, size, stream, shown, p ? &p->ticks : nullptr);
+  const bool traced = recorder_.record(action, addr, size, stream, shown, p ? &p->ticks : nullptr);
   // With the trace off (enabled="state") nothing may have kept the call's record. It goes
   // back to the pool here, where it is cached, and is forgotten: pooled by the recorder
   // while still cached, the call's next event (a segment_alloc is followed by its alloc)
-  // put it on the block, and the next stack adopted overwrote it.
-  if (p && p->record && p->record->refs == 0) {
+  // put it on the block, and the next stack adopted overwrote it. (With the trace on, every
+  // record adopted was shown, so the ring retained it.)
+  if (!traced && p && p->record && p->record->refs == 0) {
     recorder_.discard_if_unkept(p->record);
     p->record = nullptr;
   }

@@ -46,13 +46,6 @@ std::atomic<AllocatorObserver> g_allocator_observer{nullptr};  // [profiler trac
 
 namespace {
 
-std::uint64_t now_ticks() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  return __rdtsc();  // invariant TSC on every x86 CPU a CUDA driver supports
-#else
-  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-#endif
-}
 std::int64_t steady_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -102,37 +95,31 @@ struct TickClock {
 struct StackBounds {
   std::uintptr_t lo = 0, hi = 0;
 };
-const StackBounds& stack_bounds() {
-  thread_local StackBounds b = [] {
-    StackBounds r;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      void* addr = nullptr;
-      std::size_t size = 0;
-      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-        r.lo = reinterpret_cast<std::uintptr_t>(addr);
-        r.hi = r.lo + size;
-      }
-      pthread_attr_destroy(&attr);
+__attribute__((noinline, cold)) StackBounds query_stack_bounds() noexcept {
+  StackBounds r;
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* addr = nullptr;
+    std::size_t size = 0;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+      r.lo = reinterpret_cast<std::uintptr_t>(addr);
+      r.hi = r.lo + size;
     }
-    return r;
-  }();
+    pthread_attr_destroy(&attr);
+  }
+  return r;
+}
+const StackBounds& stack_bounds() {
+  thread_local StackBounds b = query_stack_bounds();
   return b;
 }
 
-}  // namespace
-
-// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. The walk
-// starts at `entry`, the allocator's (or the sanitizer's) entry frame, which is live below
-// us: the frames between it and here are the allocator's own, and walking them only to drop
-// them cost ~4 frames of work per call. Stops at the first frame pointer that is outside this
-// thread's stack, misaligned or not increasing, so code built without frame pointers ends
-// the walk early instead of producing garbage. ~20 ns for 16 frames, vs ~1-4 µs for glibc
-// backtrace() (which unwinds with DWARF tables).
-int walk_frames(void** out, int max, std::uintptr_t entry) {
+// The walk (walk_frames' doc), inlined into capture_stack: a call and its register saves
+// were ~15 instructions of a ~100-instruction walk.
+inline int walk_from(void** out, int max, std::uintptr_t entry) noexcept {
   const StackBounds& sb = stack_bounds();
-  // fp - lo > span: below lo (wraps around) or too close to hi, in one comparison.
   if (sb.hi - sb.lo < 2 * sizeof(void*)) return 0;  // bounds unknown: no stack
+  // fp - lo > span: below lo (wraps around) or too close to hi, in one comparison.
   const std::uintptr_t lo = sb.lo, span = sb.hi - sb.lo - 2 * sizeof(void*);
   std::uintptr_t fp = entry;
   int n = 0;
@@ -148,6 +135,17 @@ int walk_frames(void** out, int max, std::uintptr_t entry) {
   }
   return n;
 }
+
+}  // namespace
+
+// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. The walk
+// starts at `entry`, the allocator's (or the sanitizer's) entry frame, which is live below
+// us: the frames between it and here are the allocator's own, and walking them only to drop
+// them cost ~4 frames of work per call. Stops at the first frame pointer that is outside this
+// thread's stack, misaligned or not increasing, so code built without frame pointers ends
+// the walk early instead of producing garbage. ~20 ns for 16 frames, vs ~1-4 µs for glibc
+// backtrace() (which unwinds with DWARF tables).
+int walk_frames(void** out, int max, std::uintptr_t entry) { return walk_from(out, max, entry); }
 
 const char* action_name(TraceAction a) noexcept {
   switch (a) {
@@ -212,14 +210,11 @@ void record_memory_history(const char* enabled, const char* context, const char*
   g_history_enabled.store(true);
 }
 
-void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
+void capture_stack_slow(CapturedStack& out, const void* entry_frame, bool is_free) {
   HotSettings& s = g_hot;
-  const int level = s.context.load(std::memory_order_relaxed);
-  out.valid = level >= (is_free ? kContextAll : kContextState);
-  if (!out.valid) return;
   out.is_free = is_free;
   out.depth = s.cpp_stacks.load(std::memory_order_relaxed)
-                  ? walk_frames(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
+                  ? walk_from(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
                   : 0;
   out.py.clear();
   if (s.py_stacks.load(std::memory_order_relaxed)) {
@@ -355,40 +350,7 @@ void HistoryRecorder::restart(std::uint64_t gen) noexcept {
   generation_ = gen;
 }
 
-void HistoryRecorder::record(TraceAction action, std::uintptr_t addr, std::size_t size,
-                             detail::StreamHandle stream, StackRecord* stack,
-                             std::uint64_t* op_ticks) {
-  HotSettings& s = g_hot;
-  if (!s.trace.load(std::memory_order_relaxed)) return;
-  std::uint64_t ticks;
-  if (op_ticks) {
-    if (!*op_ticks) *op_ticks = now_ticks();
-    ticks = *op_ticks;
-  } else {
-    ticks = now_ticks();
-  }
-  if (ticks < last_ticks_) ticks = last_ticks_;  // a thread moved to a core whose TSC lags
-  last_ticks_ = ticks;
-  const auto tagged = reinterpret_cast<std::uintptr_t>(stack);
-  // A free whose block completes at once (no other stream used it): the free_requested slot
-  // just written becomes a pair. Same time means the same allocator call (ticks are read once
-  // per call; a later call reads the clock again).
-  if (action == kActionFreeCompleted && last_ &&
-      last_->stack_action == (tagged | kActionFreeRequested) && last_->addr == addr &&
-      last_->ticks == ticks && last_->size == size && last_->stream == stream) {
-    last_->stack_action = tagged | kActionFreePair;
-    return;
-  }
-  // Retained before the slot it replaces releases its own: when both are the same record,
-  // releasing first could pool it while this entry still points at it.
-  retain(stack);
-  const Slot sl{addr, size, stream, ticks, tagged | action};
-  const std::size_t cap = s.max_entries.load(std::memory_order_relaxed);
-  if (ring_.size() < cap) {
-    ring_.push_back(sl);
-    last_ = &ring_.back();
-    return;
-  }
+void HistoryRecorder::overwrite_oldest(const Slot& sl) noexcept {
   // Full. (A smaller max_entries arrives with a new generation, which clears the ring at the
   // next event; a racing entry in between overwrites in place, which is still correct.)
   Slot& old = ring_[next_];
@@ -396,6 +358,8 @@ void HistoryRecorder::record(TraceAction action, std::uintptr_t addr, std::size_
   old = sl;
   last_ = &old;
   if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
+  // Released after the new entry retained its stack: when both are the same record,
+  // releasing first could pool it while the new entry still points at it.
   release(dropped);
 }
 

@@ -47,6 +47,10 @@
 #include <unordered_map>
 #include <vector>
 
+#if !defined(__x86_64__) && !defined(__i386__)
+#include <chrono>
+#endif
+
 #include "cudakit/python_stacks.hpp"
 #include "backend/backend.hpp"
 
@@ -131,6 +135,17 @@ inline int history_context_level() noexcept {
   return history_enabled() ? g_hot.context.load(std::memory_order_relaxed) : kContextNone;
 }
 
+// History timestamps: TSC ticks, converted to wall-clock µs at snapshot time (history.cpp).
+inline std::uint64_t now_ticks() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  // __rdtsc() without <x86intrin.h> (a large header for every file including this one).
+  // Invariant TSC on every x86 CPU a CUDA driver supports.
+  return __builtin_ia32_rdtsc();
+#else
+  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
 // Raw Python frames and the hooks that capture / symbolize them: the public contract in
 // include/cudakit/python_stacks.hpp (the bindings install them with set_python_stack_hooks).
 using PyFrameRef = cudakit::PyFrameRef;
@@ -155,7 +170,14 @@ struct CapturedStack {
 std::vector<PyFrameRef>& py_frames_spare() noexcept;
 // Fills `out` for an allocator call whose public entry has frame address `entry_frame`
 // (frames at and below it are the allocator's own). `is_free`: context "all" only.
-void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free);
+// Inline, as far as the settings check: a call that keeps no stack costs no call (the walk,
+// inlined into capture_stack_slow, makes that function save every register it uses).
+void capture_stack_slow(CapturedStack& out, const void* entry_frame, bool is_free);
+inline void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
+  const int level = g_hot.context.load(std::memory_order_relaxed);
+  out.valid = level >= (is_free ? kContextAll : kContextState);
+  if (out.valid) capture_stack_slow(out, entry_frame, is_free);
+}
 
 // The frame-pointer walk behind capture_stack: return addresses of the calling thread's
 // frames at and above frame address `entry`, innermost first (also used by the stream
@@ -228,13 +250,47 @@ class HistoryRecorder {
     }
   }
 
-  // Appends a trace entry (when the settings record traces); takes its own reference. Call
-  // sync() first (before adopting the stack). `op_ticks`: the timestamp shared by the events
-  // of one allocator call (0 = not read yet; filled here), since reading the clock costs
-  // ~10-30 ns in a VM. A free_completed that follows its call's free_requested (same block,
-  // stack and time) joins that entry's slot.
-  void record(TraceAction action, std::uintptr_t addr, std::size_t size,
-              detail::StreamHandle stream, StackRecord* stack, std::uint64_t* op_ticks);
+  // Appends a trace entry (when the settings record traces, which it returns); takes its
+  // own reference. Call sync() first (before adopting the stack). `op_ticks`: the timestamp
+  // shared by the events of one allocator call (0 = not read yet; filled here), since
+  // reading the clock costs ~10-30 ns in a VM. A free_completed that follows its call's
+  // free_requested (same block, stack and time) joins that entry's slot. Inline: it runs
+  // once or twice per allocator call, and the call cost ~20 instructions of its ~45.
+  __attribute__((always_inline)) bool record(TraceAction action, std::uintptr_t addr,
+                                             std::size_t size, detail::StreamHandle stream,
+                                             StackRecord* stack, std::uint64_t* op_ticks) {
+    HotSettings& s = g_hot;
+    if (!s.trace.load(std::memory_order_relaxed)) return false;
+    std::uint64_t ticks;
+    if (op_ticks) {
+      if (!*op_ticks) *op_ticks = now_ticks();
+      ticks = *op_ticks;
+    } else {
+      ticks = now_ticks();
+    }
+    if (ticks < last_ticks_) ticks = last_ticks_;  // a thread moved to a core whose TSC lags
+    last_ticks_ = ticks;
+    const auto tagged = reinterpret_cast<std::uintptr_t>(stack);
+    // A free whose block completes at once (no other stream used it): the free_requested
+    // slot just written becomes a pair. Same time means the same allocator call (ticks are
+    // read once per call), and a merge of two calls' identical entries would read back the
+    // same anyway.
+    if (action == kActionFreeCompleted && last_ &&
+        last_->stack_action == (tagged | kActionFreeRequested) && last_->addr == addr &&
+        last_->ticks == ticks && last_->size == size && last_->stream == stream) {
+      last_->stack_action = tagged | kActionFreePair;
+      return true;
+    }
+    retain(stack);  // before overwrite_oldest releases the slot's old record (it may be this)
+    const Slot sl{addr, size, stream, ticks, tagged | action};
+    if (ring_.size() < s.max_entries.load(std::memory_order_relaxed)) {
+      ring_.push_back(sl);
+      last_ = &ring_.back();
+    } else {
+      overwrite_oldest(sl);
+    }
+    return true;
+  }
 
   // Snapshot form. `contexts` dedupes records shared by several entries and blocks.
   using ContextCache = std::unordered_map<const StackRecord*, std::shared_ptr<HistoryContext>>;
@@ -258,6 +314,7 @@ class HistoryRecorder {
   };
   static_assert(sizeof(Slot) == 40);
   void restart(std::uint64_t gen) noexcept;
+  void overwrite_oldest(const Slot& sl) noexcept;  // the ring is full
   void clear_ring() noexcept;
   StackRecord* new_record();
   StackRecord* intern(CapturedStack& cap);  // adopt's hash-table path
