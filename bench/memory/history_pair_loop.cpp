@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s off|cpp|nostacks [pairs]\n", argv[0]);
     return 2;
   }
-  pairs(40000);  // warm: caches, the intern table, a full ring (3 entries a pair before)
+  pairs(60000);  // warm: caches, the intern table, a full ring (2 or 3 slots a pair)
   CALLGRIND_ZERO_STATS;
   CALLGRIND_START_INSTRUMENTATION;
   pairs(n);

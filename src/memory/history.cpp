@@ -327,8 +327,7 @@ void HistoryRecorder::unintern(StackRecord* r) noexcept {
   }
 }
 
-void HistoryRecorder::release(StackRecord* r) noexcept {
-  if (!r || --r->refs > 0) return;
+void HistoryRecorder::pool(StackRecord* r) noexcept {
   if (r->interned) unintern(r);
   if (mru_[0] == r) mru_[0] = nullptr;
   if (mru_[1] == r) mru_[1] = nullptr;
@@ -348,19 +347,6 @@ void HistoryRecorder::clear_ring() noexcept {
 void HistoryRecorder::restart(std::uint64_t gen) noexcept {
   clear_ring();
   generation_ = gen;
-}
-
-void HistoryRecorder::overwrite_oldest(const Slot& sl) noexcept {
-  // Full. (A smaller max_entries arrives with a new generation, which clears the ring at the
-  // next event; a racing entry in between overwrites in place, which is still correct.)
-  Slot& old = ring_[next_];
-  StackRecord* dropped = old.stack();
-  old = sl;
-  last_ = &old;
-  if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
-  // Released after the new entry retained its stack: when both are the same record,
-  // releasing first could pool it while the new entry still points at it.
-  release(dropped);
 }
 
 std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r,

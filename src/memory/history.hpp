@@ -241,7 +241,9 @@ class HistoryRecorder {
   static void retain(StackRecord* r) noexcept {
     if (r) ++r->refs;
   }
-  void release(StackRecord* r) noexcept;
+  void release(StackRecord* r) noexcept {  // the last reference pools it (out of line)
+    if (r && --r->refs == 0) pool(r);
+  }
   // Returns a record that adopt() handed out and nobody retained to the pool.
   void discard_if_unkept(StackRecord* r) noexcept {
     if (r && r->refs == 0) {
@@ -281,14 +283,22 @@ class HistoryRecorder {
       last_->stack_action = tagged | kActionFreePair;
       return true;
     }
-    retain(stack);  // before overwrite_oldest releases the slot's old record (it may be this)
-    const Slot sl{addr, size, stream, ticks, tagged | action};
+    retain(stack);
     if (ring_.size() < s.max_entries.load(std::memory_order_relaxed)) {
-      ring_.push_back(sl);
-      last_ = &ring_.back();
-    } else {
-      overwrite_oldest(sl);
+      last_ = &ring_.emplace_back(Slot{addr, size, stream, ticks, tagged | action});
+      return true;
     }
+    // Full (the steady state). A smaller max_entries arrives with a new generation, which
+    // clears the ring at the next event; a racing entry in between overwrites in place,
+    // which is still correct.
+    Slot& old = ring_[next_];
+    StackRecord* dropped = old.stack();
+    old = Slot{addr, size, stream, ticks, tagged | action};
+    last_ = &old;
+    if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
+    // Released after the new entry retained its stack: when both are the same record,
+    // releasing first could pool it while the new entry still points at it.
+    release(dropped);
     return true;
   }
 
@@ -314,7 +324,7 @@ class HistoryRecorder {
   };
   static_assert(sizeof(Slot) == 40);
   void restart(std::uint64_t gen) noexcept;
-  void overwrite_oldest(const Slot& sl) noexcept;  // the ring is full
+  void pool(StackRecord* r) noexcept;
   void clear_ring() noexcept;
   StackRecord* new_record();
   StackRecord* intern(CapturedStack& cap);  // adopt's hash-table path
