@@ -262,6 +262,33 @@ TEST(MemoryHistory, RingKeepsTheNewestEntriesAndReenableClears) {
   EXPECT_TRUE(traces().empty());
 }
 
+TEST(MemoryHistory, RingOfFreePairsKeepsExactlyTheNewestEntries) {
+  // A free's free_requested and free_completed share one ring slot: the snapshot expands
+  // it and still gives exactly the newest max_entries entries, a pair cut in half included.
+  HistoryOff off;
+  for (const std::size_t cap : {3, 4}) {
+    record_memory_history("all", "all", "cpp", cap);
+    void* last = nullptr;
+    for (int i = 0; i < 20; ++i) {
+      last = caching_allocator_alloc(4096);
+      caching_allocator_delete(last);
+    }
+    const json tr = traces();
+    ASSERT_EQ(tr.size(), cap);
+    std::vector<std::string> actions;
+    for (const json& e : tr) actions.push_back(e["action"]);
+    const std::vector<std::string> want =
+        cap == 3 ? std::vector<std::string>{"alloc", "free_requested", "free_completed"}
+                 : std::vector<std::string>{"free_completed", "alloc", "free_requested",
+                                            "free_completed"};
+    EXPECT_EQ(actions, want);
+    for (std::size_t i = cap - 3; i < cap; ++i)
+      EXPECT_EQ(tr[i]["addr"].get<std::uintptr_t>(), reinterpret_cast<std::uintptr_t>(last));
+    EXPECT_EQ(tr[cap - 1]["time_us"], tr[cap - 2]["time_us"]);  // one call, one time
+    EXPECT_EQ(names(tr[cap - 1]), names(tr[cap - 2]));
+  }
+}
+
 TEST(MemoryHistory, EveryPairIsRecordedOnTheQuickPath) {
   HistoryOff off;
   record_memory_history("all", "", "cpp", 100000);
