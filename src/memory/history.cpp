@@ -248,27 +248,9 @@ StackRecord* HistoryRecorder::new_record() {
   return r;
 }
 
-static inline bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
-  if (r->depth != cap.depth) return false;
-  // Word by word, innermost frame first (two call sites usually differ there): for the ~8
-  // frames of a typical stack a loop costs less than the call to memcmp.
-  for (int i = 0; i < cap.depth; ++i) {
-    if (r->pc[i] != cap.pc[i]) return false;
-  }
-  return r->py.size() == cap.py.size() &&
-         (cap.py.empty() || std::equal(cap.py.begin(), cap.py.end(), r->py.begin()));
-}
-
-StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
-  if (!cap.valid) return nullptr;
-  // The most recently adopted stack of the same kind first (a loop's alloc call site, its
-  // free call site), compared without hashing: hashing a 16-frame stack and probing the table
-  // cost ~100 instructions. One entry per kind, because a loop alternates allocs and frees
-  // (one shared pair of entries meant a failed comparison and a swap at every event).
-  StackRecord*& mru = mru_[cap.is_free];
-  if (mru && same_stack(mru, cap)) return mru;
+StackRecord* HistoryRecorder::adopt_slow(CapturedStack& cap) {
   StackRecord* found = intern(cap);
-  mru = found;
+  mru_[cap.is_free] = found;
   return found;
 }
 

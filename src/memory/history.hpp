@@ -43,6 +43,7 @@
 // HistoryRecorder is not thread-safe: its owner serialises every call.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -241,7 +242,17 @@ class HistoryRecorder {
   // A pooled copy of `cap` with no reference yet: every holder (a block, a trace entry)
   // retains it, and it returns to the pool when the last one releases it. nullptr when cap
   // holds no stack.
-  StackRecord* adopt(CapturedStack& cap);
+  // Inline as far as the comparison with the most recently adopted stack of the same kind
+  // (a loop's alloc call site, its free call site), made without hashing: hashing a 16-frame
+  // stack and probing the table cost ~100 instructions. One entry per kind, because a loop
+  // alternates allocs and frees (one shared pair of entries meant a failed comparison and a
+  // swap at every event).
+  StackRecord* adopt(CapturedStack& cap) {
+    if (!cap.valid) return nullptr;
+    StackRecord* mru = mru_[cap.is_free];
+    if (mru && same_stack(mru, cap)) return mru;
+    return adopt_slow(cap);
+  }
   static void retain(StackRecord* r) noexcept {
     if (r) ++r->refs;
   }
@@ -331,7 +342,18 @@ class HistoryRecorder {
   void pool(StackRecord* r) noexcept;
   void clear_ring() noexcept;
   StackRecord* new_record();
+  StackRecord* adopt_slow(CapturedStack& cap);  // the intern table; updates mru_
   StackRecord* intern(CapturedStack& cap);  // adopt's hash-table path
+  static bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
+    if (r->depth != cap.depth) return false;
+    // Word by word, innermost frame first (two call sites usually differ there): for the ~8
+    // frames of a typical stack a loop costs less than the call to memcmp.
+    for (int i = 0; i < cap.depth; ++i) {
+      if (r->pc[i] != cap.pc[i]) return false;
+    }
+    return r->py.size() == cap.py.size() &&
+           (cap.py.empty() || std::equal(cap.py.begin(), cap.py.end(), r->py.begin()));
+  }
   void unintern(StackRecord* r) noexcept;
   std::vector<Slot> ring_;
   std::size_t next_ = 0;  // oldest slot once the ring is full
