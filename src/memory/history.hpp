@@ -34,7 +34,7 @@
 //    in the stack pointer's alignment bits); AllocTrace::record does only what the event
 //    needs, with the recorder's record() inlined into it; one most-recent stack per kind
 //    (alloc, free) instead of a shared pair. Instructions per 512 B pair: C++ stacks
-//    2100 -> 1634, no stacks 1516 -> 1265, history off 1004 -> 1006 (1.62x and 1.26x of
+//    2100 -> 1599, no stacks 1516 -> 1266, history off 1004 -> 1006 (1.59x and 1.26x of
 //    off: the ≤ 1.3x goal is met without stacks, still missed with C++ stacks, where the
 //    walk (~100 per call), the stack comparison (~45) and the trace rules are what is left).
 //
