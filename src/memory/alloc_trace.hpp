@@ -18,6 +18,7 @@ namespace cudakit::memory {
 struct PendingStack {
   CapturedStack cap;
   StackRecord* record = nullptr;
+  std::uint64_t record_pooled = 0;  // the recorder's pooled() when `record` was adopted
   bool is_free = false;
   std::uintptr_t ptr = 0;   // the pointer being freed
   std::uint64_t ticks = 0;  // timestamp of this call's events
@@ -37,12 +38,16 @@ class PendingScope {
     p.is_free = is_free;
     p.ptr = ptr;
     capture_stack(p.cap, entry_frame, is_free);
-    t_pending = &p;
+    // One look-up of the thread_local's address (a __tls_get_addr call in the shared
+    // library), used again by the destructor.
+    PendingStack*& slot = t_pending;
+    slot = &p;
+    slot_ = &slot;
     p_ = &p;
   }
   ~PendingScope() {
     if (!p_) return;
-    t_pending = nullptr;
+    *slot_ = nullptr;
     if (p_->cap.py.capacity()) {  // Python stacks: the buffer goes back for the next call
       p_->cap.py.clear();
       py_frames_spare().swap(p_->cap.py);
@@ -53,13 +58,16 @@ class PendingScope {
 
  private:
   PendingStack* p_ = nullptr;
+  PendingStack** slot_ = nullptr;
 };
 
 class AllocTrace {
  public:
   // Records a history event (call only when history_enabled()). For alloc/free events `b` is
   // the block: its allocation stack is set on "alloc" and reused by later events.
-  void record(const char* action, std::uintptr_t addr, std::size_t size,
+  // kActionFreePair: a free_requested and its free_completed at once (a block freed with no
+  // stream to wait for), one call and, usually, one ring slot.
+  void record(TraceAction action, std::uintptr_t addr, std::size_t size,
               detail::StreamHandle stream, Block* b);
   // Drops the block's allocation stack (the block is free again).
   void drop_stack(Block* b) noexcept {

@@ -219,10 +219,7 @@ int DeviceAllocator::quick_put(void* ptr) {
   const bool small = b->pool->is_small;
   stats_.free_requested(small, b->size, b->requested, oversize(b->size), b->client);
   stats_.free_completed(small, b->size);
-  if (allocator_events_wanted()) {
-    note_event("free_requested", b->ptr, b->requested, b->stream, b);
-    note_event("free_completed", b->ptr, b->requested, b->stream, b);
-  }
+  if (allocator_events_wanted()) note_free_pair(b);
   trace_.drop_stack(b);
   return 1;
 }

@@ -268,7 +268,20 @@ class DeviceAllocator {
       obs(AllocatorEvent{action, device_, addr, size, stats_.allocated_now(),
                          static_cast<std::int64_t>(stats_.reserved_bytes())});
     }
-    if (history_enabled()) trace_.record(action, addr, size, stream, b);
+    if (history_enabled()) trace_.record(action_code(action), addr, size, stream, b);
+  }
+  // A block freed with nothing to wait for: free_requested and free_completed, as two
+  // note_event calls would give, in one history call (and ring slot).
+  void note_free_pair(Block* b) {
+    if (AllocatorObserver obs = g_allocator_observer.load(std::memory_order_relaxed)) {
+      const AllocatorEvent e{"free_requested", device_, b->ptr, b->requested, stats_.allocated_now(),
+                             static_cast<std::int64_t>(stats_.reserved_bytes())};
+      obs(e);
+      AllocatorEvent c = e;
+      c.action = "free_completed";
+      obs(c);
+    }
+    if (history_enabled()) trace_.record(kActionFreePair, b->ptr, b->requested, b->stream, b);
   }
   QuickCache quick_;  // guarded by fast_lock_ (hints read without it)
   std::atomic<bool> quick_on_{true};  // the quick_cache setting

@@ -46,13 +46,6 @@ std::atomic<AllocatorObserver> g_allocator_observer{nullptr};  // [profiler trac
 
 namespace {
 
-std::uint64_t now_ticks() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  return __rdtsc();  // invariant TSC on every x86 CPU a CUDA driver supports
-#else
-  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-#endif
-}
 std::int64_t steady_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -102,46 +95,71 @@ struct TickClock {
 struct StackBounds {
   std::uintptr_t lo = 0, hi = 0;
 };
-const StackBounds& stack_bounds() {
-  thread_local StackBounds b = [] {
-    StackBounds r;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      void* addr = nullptr;
-      std::size_t size = 0;
-      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-        r.lo = reinterpret_cast<std::uintptr_t>(addr);
-        r.hi = r.lo + size;
-      }
-      pthread_attr_destroy(&attr);
+__attribute__((noinline, cold)) StackBounds query_stack_bounds() noexcept {
+  StackBounds r;
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* addr = nullptr;
+    std::size_t size = 0;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+      r.lo = reinterpret_cast<std::uintptr_t>(addr);
+      r.hi = r.lo + size;
     }
-    return r;
-  }();
+    pthread_attr_destroy(&attr);
+  }
+  return r;
+}
+const StackBounds& stack_bounds() {
+  thread_local StackBounds b = query_stack_bounds();
   return b;
 }
 
-}  // namespace
-
-// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. Frames
-// below `entry` (the allocator's own) are skipped. Stops at the first frame pointer that is
-// outside this thread's stack, misaligned or not increasing, so code built without frame
-// pointers ends the walk early instead of producing garbage. ~20 ns for 16 frames, vs
-// ~1-4 µs for glibc backtrace() (which unwinds with DWARF tables).
-__attribute__((noinline)) int walk_frames(void** out, int max, std::uintptr_t entry) {
+// The walk (walk_frames' doc), inlined into capture_stack: a call and its register saves
+// were ~15 instructions of a ~100-instruction walk.
+inline int walk_from(void** out, int max, std::uintptr_t entry) noexcept {
   const StackBounds& sb = stack_bounds();
-  auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (sb.hi - sb.lo < 2 * sizeof(void*)) return 0;  // bounds unknown: no stack
+  // fp - lo > span: below lo (wraps around) or too close to hi, in one comparison.
+  const std::uintptr_t lo = sb.lo, span = sb.hi - sb.lo - 2 * sizeof(void*);
+  std::uintptr_t fp = entry;
   int n = 0;
   while (n < max) {
-    if (fp < sb.lo || fp + 2 * sizeof(void*) > sb.hi || (fp & (sizeof(void*) - 1))) break;
+    if (fp - lo > span || (fp & (sizeof(void*) - 1))) break;
     const auto* frame = reinterpret_cast<void* const*>(fp);
-    void* ret = frame[1];
+    void* ret = frame[1];  // entry's own record holds the return into its caller
     if (!ret) break;
-    if (fp >= entry) out[n++] = ret;  // entry's own record holds the return into its caller
+    out[n++] = ret;
     const auto next = reinterpret_cast<std::uintptr_t>(frame[0]);
     if (next <= fp) break;
     fp = next;
   }
   return n;
+}
+
+}  // namespace
+
+// Walks the frame-pointer chain: each frame is {saved frame pointer, return address}. The walk
+// starts at `entry`, the allocator's (or the sanitizer's) entry frame, which is live below
+// us: the frames between it and here are the allocator's own, and walking them only to drop
+// them cost ~4 frames of work per call. Stops at the first frame pointer that is outside this
+// thread's stack, misaligned or not increasing, so code built without frame pointers ends
+// the walk early instead of producing garbage. ~20 ns for 16 frames, vs ~1-4 µs for glibc
+// backtrace() (which unwinds with DWARF tables).
+int walk_frames(void** out, int max, std::uintptr_t entry) { return walk_from(out, max, entry); }
+
+const char* action_name(TraceAction a) noexcept {
+  switch (a) {
+    case kActionAlloc: return "alloc";
+    case kActionFreeRequested: return "free_requested";
+    case kActionFreeCompleted: return "free_completed";
+    case kActionFreePair: return "free_requested";  // the first of the pair's two entries
+    case kActionSegmentAlloc: return "segment_alloc";
+    case kActionSegmentFree: return "segment_free";
+    case kActionSegmentMap: return "segment_map";
+    case kActionSegmentUnmap: return "segment_unmap";
+    case kActionOom: return "oom";
+  }
+  return "?";
 }
 
 void set_python_stack_hook(PyStackHook capture, PySymbolizeHook symbolize) {
@@ -192,13 +210,11 @@ void record_memory_history(const char* enabled, const char* context, const char*
   g_history_enabled.store(true);
 }
 
-void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
+void capture_stack_slow(CapturedStack& out, const void* entry_frame, bool is_free) {
   HotSettings& s = g_hot;
-  const int level = s.context.load(std::memory_order_relaxed);
-  out.valid = level >= (is_free ? kContextAll : kContextState);
-  if (!out.valid) return;
+  out.is_free = is_free;
   out.depth = s.cpp_stacks.load(std::memory_order_relaxed)
-                  ? walk_frames(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
+                  ? walk_from(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
                   : 0;
   out.py.clear();
   if (s.py_stacks.load(std::memory_order_relaxed)) {
@@ -232,24 +248,9 @@ StackRecord* HistoryRecorder::new_record() {
   return r;
 }
 
-static bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
-  // The innermost frame first: two call sites usually differ there.
-  return r->depth == cap.depth && (cap.depth == 0 || r->pc[0] == cap.pc[0]) && r->py == cap.py &&
-         std::memcmp(r->pc, cap.pc, sizeof(void*) * static_cast<std::size_t>(cap.depth)) == 0;
-}
-
-StackRecord* HistoryRecorder::adopt(CapturedStack& cap) {
-  if (!cap.valid) return nullptr;
-  // The two most recently adopted stacks first (a loop's alloc and free call sites), compared
-  // without hashing: hashing a 16-frame stack and probing the table cost ~100 instructions.
-  if (mru_[0] && same_stack(mru_[0], cap)) return mru_[0];
-  if (mru_[1] && same_stack(mru_[1], cap)) {
-    std::swap(mru_[0], mru_[1]);
-    return mru_[0];
-  }
+StackRecord* HistoryRecorder::adopt_slow(CapturedStack& cap) {
   StackRecord* found = intern(cap);
-  mru_[1] = mru_[0];
-  mru_[0] = found;
+  mru_[cap.is_free] = found;
   return found;
 }
 
@@ -308,53 +309,26 @@ void HistoryRecorder::unintern(StackRecord* r) noexcept {
   }
 }
 
-void HistoryRecorder::release(StackRecord* r) noexcept {
-  if (!r || --r->refs > 0) return;
+void HistoryRecorder::pool(StackRecord* r) noexcept {
   if (r->interned) unintern(r);
   if (mru_[0] == r) mru_[0] = nullptr;
   if (mru_[1] == r) mru_[1] = nullptr;
   r->py.clear();
   r->next = free_;
   free_ = r;
+  ++pooled_;
 }
 
 void HistoryRecorder::clear_ring() noexcept {
-  for (Slot& sl : ring_) release(sl.stack);
+  for (Slot& sl : ring_) release(sl.stack());
   ring_.clear();
   next_ = 0;
+  last_ = nullptr;
 }
 
-void HistoryRecorder::record(const char* action, std::uintptr_t addr, std::size_t size,
-                             detail::StreamHandle stream, StackRecord* stack,
-                             std::uint64_t* op_ticks) {
-  HotSettings& s = g_hot;
-  const std::uint64_t gen = s.generation.load(std::memory_order_relaxed);
-  if (gen != generation_) {  // history was (re-)enabled since the last entry: start afresh
-    clear_ring();
-    generation_ = gen;
-  }
-  if (!s.trace.load(std::memory_order_relaxed)) return;
-  retain(stack);
-  std::uint64_t ticks;
-  if (op_ticks) {
-    if (!*op_ticks) *op_ticks = now_ticks();
-    ticks = *op_ticks;
-  } else {
-    ticks = now_ticks();
-  }
-  if (ticks < last_ticks_) ticks = last_ticks_;  // a thread moved to a core whose TSC lags
-  last_ticks_ = ticks;
-  const Slot sl{action, addr, size, stream, ticks, stack};
-  const std::size_t cap = s.max_entries.load(std::memory_order_relaxed);
-  if (ring_.size() < cap) {
-    ring_.push_back(sl);
-    return;
-  }
-  // Full. (A smaller max_entries arrives with a new generation, which clears the ring at the
-  // next entry; a racing entry in between overwrites in place, which is still correct.)
-  release(ring_[next_].stack);
-  ring_[next_] = sl;
-  if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
+void HistoryRecorder::restart(std::uint64_t gen) noexcept {
+  clear_ring();
+  generation_ = gen;
 }
 
 std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r,
@@ -373,12 +347,38 @@ std::shared_ptr<HistoryContext> HistoryRecorder::context_of(const StackRecord* r
 std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
   if (generation_ != g_hot.generation.load(std::memory_order_relaxed)) return {};
   const TickClock clock;
+  // The ring holds max_entries slots, a pair slot being two entries: the oldest entries
+  // beyond max_entries are left out, as a ring of single entries would have dropped them.
+  std::size_t entries = 0;
+  for (const Slot& sl : ring_) entries += sl.action() == kActionFreePair ? 2 : 1;
+  const std::size_t cap = g_hot.max_entries.load(std::memory_order_relaxed);
+  std::size_t skip = entries > cap ? entries - cap : 0;
   std::vector<TraceEntry> out;
-  out.reserve(ring_.size());
+  out.reserve(entries - skip);
   for (std::size_t i = 0; i < ring_.size(); ++i) {
     const Slot& sl = ring_[(next_ + i) % ring_.size()];
-    out.push_back(TraceEntry{sl.action, sl.addr, sl.size, sl.stream, clock.us(sl.ticks),
-                             context_of(sl.stack, contexts)});
+    const double t = clock.us(sl.ticks);
+    const TraceAction a = sl.action();
+    if (a == kActionFreePair) {
+      if (skip >= 2) {
+        skip -= 2;
+        continue;
+      }
+      auto ctx = context_of(sl.stack(), contexts);
+      if (skip) {
+        skip = 0;  // the oldest entry kept is the pair's free_completed
+      } else {
+        out.push_back(TraceEntry{"free_requested", sl.addr, sl.size, sl.stream, t, ctx});
+      }
+      out.push_back(TraceEntry{"free_completed", sl.addr, sl.size, sl.stream, t, std::move(ctx)});
+      continue;
+    }
+    if (skip) {
+      --skip;
+      continue;
+    }
+    out.push_back(TraceEntry{action_name(a), sl.addr, sl.size, sl.stream, t,
+                             context_of(sl.stack(), contexts)});
   }
   return out;
 }

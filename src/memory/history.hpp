@@ -27,12 +27,23 @@
 //    dependent multiplies are gone). The ≤ 1.3x goal is still missed in C++. Python
 //    (bench_history.py, 512 B): Python stacks 0.67-0.72 ->
 //    0.58-0.61 µs, C++ stacks 0.37-0.40 -> 0.33-0.36 µs (history off 0.26-0.30).
+//  * Branch histcost (callgrind, history_pair_loop; numbers in docs/performance.md): the walk
+//    starts at the allocator's entry frame instead of walking the allocator's own frames and
+//    dropping them; a free's free_requested and free_completed share one ring slot (the
+//    snapshot expands it into two entries); slots are 40 bytes (the action is a 4-bit code
+//    in the stack pointer's alignment bits); AllocTrace::record does only what the event
+//    needs, with the recorder's record() inlined into it; one most-recent stack per kind
+//    (alloc, free) instead of a shared pair. Instructions per 512 B pair: C++ stacks
+//    2100 -> 1599, no stacks 1516 -> 1266, history off 1004 -> 1006 (1.59x and 1.26x of
+//    off: the ≤ 1.3x goal is met without stacks, still missed with C++ stacks, where the
+//    walk (~100 per call), the stack comparison (~45) and the trace rules are what is left).
 //
 // Thread-safety: record_memory_history() and history_settings() are thread-safe (settings are
 // atomics, read racily on the allocation path: they only change when history is switched).
 // HistoryRecorder is not thread-safe: its owner serialises every call.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -40,6 +51,10 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#if !defined(__x86_64__) && !defined(__i386__)
+#include <chrono>
+#endif
 
 #include "cudakit/python_stacks.hpp"
 #include "backend/backend.hpp"
@@ -73,6 +88,35 @@ inline bool allocator_events_wanted() noexcept {
          g_allocator_observer.load(std::memory_order_relaxed) != nullptr;
 }
 
+// A trace entry's action as a small code (a ring slot keeps it in 4 spare bits). The names
+// are torch's; kActionFreePair is one slot standing for a free_requested entry followed by
+// a free_completed entry of the same call (same address, size, stream, stack and time).
+enum TraceAction : std::uint8_t {
+  kActionAlloc,
+  kActionFreeRequested,
+  kActionFreeCompleted,
+  kActionFreePair,
+  kActionSegmentAlloc,
+  kActionSegmentFree,
+  kActionSegmentMap,
+  kActionSegmentUnmap,
+  kActionOom,
+};
+// Folds to a constant for the literals at the allocator's call sites (note_event is inline).
+constexpr TraceAction action_code(const char* a) noexcept {
+  if (a[0] == 'a') return kActionAlloc;
+  if (a[0] == 'o') return kActionOom;
+  if (a[0] == 'f') return a[5] == 'r' ? kActionFreeRequested : kActionFreeCompleted;
+  switch (a[8]) {  // "segment_" + alloc / free / map / unmap
+    case 'a': return kActionSegmentAlloc;
+    case 'f': return kActionSegmentFree;
+    case 'm': return kActionSegmentMap;
+    default: return kActionSegmentUnmap;
+  }
+}
+// The name of a single-entry action (a literal); kActionFreePair has none.
+const char* action_name(TraceAction a) noexcept;
+
 // enabled: None/"state"/"all" as torch (nullptr = off); context: "state"|"alloc"|"all"|"";
 // stacks: "python"|"cpp"|"all"; max_entries: ring size per device (0 = unbounded).
 void record_memory_history(const char* enabled, const char* context, const char* stacks,
@@ -96,6 +140,17 @@ inline int history_context_level() noexcept {
   return history_enabled() ? g_hot.context.load(std::memory_order_relaxed) : kContextNone;
 }
 
+// History timestamps: TSC ticks, converted to wall-clock µs at snapshot time (history.cpp).
+inline std::uint64_t now_ticks() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  // __rdtsc() without <x86intrin.h> (a large header for every file including this one).
+  // Invariant TSC on every x86 CPU a CUDA driver supports.
+  return __builtin_ia32_rdtsc();
+#else
+  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
 // Raw Python frames and the hooks that capture / symbolize them: the public contract in
 // include/cudakit/python_stacks.hpp (the bindings install them with set_python_stack_hooks).
 using PyFrameRef = cudakit::PyFrameRef;
@@ -108,6 +163,7 @@ void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& lin
 // A stack captured at the entry of an allocator call (on the caller's stack, before locking).
 struct CapturedStack {
   bool valid = false;  // false: this call records no stack (settings say so)
+  bool is_free = false;  // a free's stack (the recorder caches one stack of each kind)
   int depth = 0;
   void* pc[kMaxStackFrames];
   std::vector<PyFrameRef> py;
@@ -119,7 +175,14 @@ struct CapturedStack {
 std::vector<PyFrameRef>& py_frames_spare() noexcept;
 // Fills `out` for an allocator call whose public entry has frame address `entry_frame`
 // (frames at and below it are the allocator's own). `is_free`: context "all" only.
-void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free);
+// Inline, as far as the settings check: a call that keeps no stack costs no call (the walk,
+// inlined into capture_stack_slow, makes that function save every register it uses).
+void capture_stack_slow(CapturedStack& out, const void* entry_frame, bool is_free);
+inline void capture_stack(CapturedStack& out, const void* entry_frame, bool is_free) {
+  const int level = g_hot.context.load(std::memory_order_relaxed);
+  out.valid = level >= (is_free ? kContextAll : kContextState);
+  if (out.valid) capture_stack_slow(out, entry_frame, is_free);
+}
 
 // The frame-pointer walk behind capture_stack: return addresses of the calling thread's
 // frames at and above frame address `entry`, innermost first (also used by the stream
@@ -146,7 +209,8 @@ void symbolize_cpp_frame(void* pc, std::string& file, std::string& name);
 // Stacks are interned (one record per distinct stack): a loop allocating from one call site
 // touches one hot record instead of a fresh one per event, whose release a full ring later
 // would be a cache miss (measured: 17% of a recorded alloc/free pair).
-struct StackRecord {
+// Aligned to 16 so that a ring slot can keep its TraceAction in the pointer's low 4 bits.
+struct alignas(16) StackRecord {
   std::uint32_t refs = 0;
   int depth = 0;
   std::uint64_t hash = 0;
@@ -163,14 +227,38 @@ class HistoryRecorder {
   HistoryRecorder(const HistoryRecorder&) = delete;
   HistoryRecorder& operator=(const HistoryRecorder&) = delete;
 
+  // Starts afresh if history was (re-)enabled since the last event: the ring is cleared (its
+  // records released) BEFORE the event adopts or shows any stack. Adopting first handed out
+  // a cached record that only the old ring held; the clear then pooled it while the new entry
+  // kept it, and the next new stack overwrote it (wrong frames, and a free list cycle).
+  void sync() noexcept {
+    const std::uint64_t gen = g_hot.generation.load(std::memory_order_relaxed);
+    if (gen != generation_) restart(gen);
+  }
+  // Counts records returned to the pool: a record adopted at an earlier count may have been
+  // reused since (a caller caching one across events checks this, see AllocTrace).
+  std::uint64_t pooled() const noexcept { return pooled_; }
+
   // A pooled copy of `cap` with no reference yet: every holder (a block, a trace entry)
   // retains it, and it returns to the pool when the last one releases it. nullptr when cap
   // holds no stack.
-  StackRecord* adopt(CapturedStack& cap);
+  // Inline as far as the comparison with the most recently adopted stack of the same kind
+  // (a loop's alloc call site, its free call site), made without hashing: hashing a 16-frame
+  // stack and probing the table cost ~100 instructions. One entry per kind, because a loop
+  // alternates allocs and frees (one shared pair of entries meant a failed comparison and a
+  // swap at every event).
+  StackRecord* adopt(CapturedStack& cap) {
+    if (!cap.valid) return nullptr;
+    StackRecord* mru = mru_[cap.is_free];
+    if (mru && same_stack(mru, cap)) return mru;
+    return adopt_slow(cap);
+  }
   static void retain(StackRecord* r) noexcept {
     if (r) ++r->refs;
   }
-  void release(StackRecord* r) noexcept;
+  void release(StackRecord* r) noexcept {  // the last reference pools it (out of line)
+    if (r && --r->refs == 0) pool(r);
+  }
   // Returns a record that adopt() handed out and nobody retained to the pool.
   void discard_if_unkept(StackRecord* r) noexcept {
     if (r && r->refs == 0) {
@@ -179,39 +267,106 @@ class HistoryRecorder {
     }
   }
 
-  // Appends a trace entry (when the settings record traces); takes its own reference.
-  // `op_ticks`: the timestamp shared by the events of one allocator call (0 = not read yet;
-  // filled here), since reading the clock costs ~10-30 ns in a VM.
-  void record(const char* action, std::uintptr_t addr, std::size_t size,
-              detail::StreamHandle stream, StackRecord* stack, std::uint64_t* op_ticks);
+  // Appends a trace entry (when the settings record traces, which it returns); takes its
+  // own reference. Call sync() first (before adopting the stack). `op_ticks`: the timestamp
+  // shared by the events of one allocator call (0 = not read yet; filled here), since
+  // reading the clock costs ~10-30 ns in a VM. A free_completed that follows its call's
+  // free_requested (same block, stack and time) joins that entry's slot. Inline: it runs
+  // once or twice per allocator call, and the call cost ~20 instructions of its ~45.
+  __attribute__((always_inline)) bool record(TraceAction action, std::uintptr_t addr,
+                                             std::size_t size, detail::StreamHandle stream,
+                                             StackRecord* stack, std::uint64_t* op_ticks) {
+    HotSettings& s = g_hot;
+    if (!s.trace.load(std::memory_order_relaxed)) return false;
+    std::uint64_t ticks;
+    if (op_ticks) {
+      if (!*op_ticks) *op_ticks = now_ticks();
+      ticks = *op_ticks;
+    } else {
+      ticks = now_ticks();
+    }
+    if (ticks < last_ticks_) ticks = last_ticks_;  // a thread moved to a core whose TSC lags
+    last_ticks_ = ticks;
+    const auto tagged = reinterpret_cast<std::uintptr_t>(stack);
+    // A free whose block completes at once (no other stream used it): the free_requested
+    // slot just written becomes a pair. Same time means the same allocator call (ticks are
+    // read once per call), and a merge of two calls' identical entries would read back the
+    // same anyway.
+    if (action == kActionFreeCompleted && last_ &&
+        last_->stack_action == (tagged | kActionFreeRequested) && last_->addr == addr &&
+        last_->ticks == ticks && last_->size == size && last_->stream == stream) {
+      last_->stack_action = tagged | kActionFreePair;
+      return true;
+    }
+    retain(stack);
+    if (ring_.size() < s.max_entries.load(std::memory_order_relaxed)) {
+      last_ = &ring_.emplace_back(Slot{addr, size, stream, ticks, tagged | action});
+      return true;
+    }
+    // Full (the steady state). A smaller max_entries arrives with a new generation, which
+    // clears the ring at the next event; a racing entry in between overwrites in place,
+    // which is still correct.
+    Slot& old = ring_[next_];
+    StackRecord* dropped = old.stack();
+    old = Slot{addr, size, stream, ticks, tagged | action};
+    last_ = &old;
+    if (++next_ == ring_.size()) next_ = 0;  // wrap without a division
+    // Released after the new entry retained its stack: when both are the same record,
+    // releasing first could pool it while the new entry still points at it.
+    release(dropped);
+    return true;
+  }
 
   // Snapshot form. `contexts` dedupes records shared by several entries and blocks.
   using ContextCache = std::unordered_map<const StackRecord*, std::shared_ptr<HistoryContext>>;
   std::shared_ptr<HistoryContext> context_of(const StackRecord* r, ContextCache& contexts) const;
+  // The newest max_entries entries, oldest first (a pair slot gives two).
   std::vector<TraceEntry> traces(ContextCache& contexts) const;
 
  private:
+  // 40 bytes (48 with the action as a pointer of its own): a recorded pair writes two slots,
+  // the alloc and the free pair, instead of three.
   struct Slot {
-    const char* action;
     std::uintptr_t addr;
     std::size_t size;
     detail::StreamHandle stream;
     std::uint64_t ticks;
-    StackRecord* stack;
+    std::uintptr_t stack_action;  // StackRecord* | TraceAction
+    StackRecord* stack() const noexcept {
+      return reinterpret_cast<StackRecord*>(stack_action & ~std::uintptr_t{15});
+    }
+    TraceAction action() const noexcept { return static_cast<TraceAction>(stack_action & 15); }
   };
+  static_assert(sizeof(Slot) == 40);
+  void restart(std::uint64_t gen) noexcept;
+  void pool(StackRecord* r) noexcept;
   void clear_ring() noexcept;
   StackRecord* new_record();
+  StackRecord* adopt_slow(CapturedStack& cap);  // the intern table; updates mru_
   StackRecord* intern(CapturedStack& cap);  // adopt's hash-table path
+  static bool same_stack(const StackRecord* r, const CapturedStack& cap) noexcept {
+    if (r->depth != cap.depth) return false;
+    // Word by word, innermost frame first (two call sites usually differ there): for the ~8
+    // frames of a typical stack a loop costs less than the call to memcmp.
+    for (int i = 0; i < cap.depth; ++i) {
+      if (r->pc[i] != cap.pc[i]) return false;
+    }
+    return r->py.size() == cap.py.size() &&
+           (cap.py.empty() || std::equal(cap.py.begin(), cap.py.end(), r->py.begin()));
+  }
   void unintern(StackRecord* r) noexcept;
   std::vector<Slot> ring_;
   std::size_t next_ = 0;  // oldest slot once the ring is full
+  Slot* last_ = nullptr;  // the newest slot (a free_completed may join it)
   std::uint64_t generation_ = 0;
   std::uint64_t last_ticks_ = 0;  // entries never go back in time (TSCs of two cores may)
+  std::uint64_t pooled_ = 0;
   StackRecord* free_ = nullptr;
   std::vector<std::unique_ptr<StackRecord[]>> chunks_;
   std::vector<StackRecord*> buckets_;  // intern table (power-of-two size, chained)
   std::size_t interned_ = 0;
-  StackRecord* mru_[2] = {nullptr, nullptr};  // most recently adopted (interned, in use)
+  // The most recently adopted stack of an alloc [0] and of a free [1] (interned, in use).
+  StackRecord* mru_[2] = {nullptr, nullptr};
 };
 
 }  // namespace cudakit::memory

@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
+#include "hang_watchdog.hpp"
 
 using nlohmann::json;
 using namespace cudakit;
@@ -150,6 +152,94 @@ TEST(MemoryHistory, StateModeWithSegmentEventsKeepsEachBlocksOwnStack) {
   caching_allocator_delete(b);
 }
 
+// Call sites of their own, one per K (the symbolizer names them "history_site<K>(...)").
+template <int K>
+__attribute__((noinline)) void* history_site(std::size_t n) {
+  void* p = caching_allocator_alloc(n);
+  asm volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) void history_free_site(void* p) {
+  caching_allocator_delete(p);
+  asm volatile("" ::: "memory");
+}
+
+TEST(MemoryHistory, ReenablingKeepsCachedStacksConsistent) {
+  // Re-enabling history clears the ring, but the recorder's stack cache (the intern table and
+  // its most-recently-used entries) outlives it. A free whose stack was cached while only the
+  // old ring referenced it was handed out again before the ring was cleared: the clear
+  // returned the record to the pool while the new entry still pointed at it, and a later new
+  // stack (another call site) overwrote it, so the free entries named that call site. A record
+  // on the pool twice also made its free list a cycle (a hang, hence the watchdog).
+  cudakit::testing::HangWatchdog watchdog(120, "re-enabling allocation history");
+  HistoryOff off;
+  constexpr int kRounds = 3, kPerRound = 3;
+  void* (*const sites[kRounds * kPerRound])(std::size_t) = {
+      history_site<0>, history_site<1>, history_site<2>, history_site<3>, history_site<4>,
+      history_site<5>, history_site<6>, history_site<7>, history_site<8>};
+  auto site_name = [](int k) { return "history_site<" + std::to_string(k) + ">"; };
+  std::vector<void*> live;
+  std::map<std::uintptr_t, int> site_of;  // live block -> the site that allocated it
+  for (int round = 0; round < kRounds; ++round) {
+    // Off and on again; the middle round also changes the settings (a smaller ring).
+    record_memory_history(std::nullopt);
+    record_memory_history("all", "all", "cpp", round == 1 ? 64 : 1000);
+    // One call instruction per helper, so every round's frees have the same stack: the first
+    // event after re-enabling frees with the stack that the previous round cached.
+    for (void* p : live) history_free_site(p);
+    live.clear();
+    site_of.clear();
+    // New call sites, each a new stack record (taken from the pool, where the bug left the
+    // free's record).
+    for (int i = 0; i < kPerRound; ++i) {
+      const int k = round * kPerRound + i;
+      live.push_back(sites[k](4096 * (i + 1)));
+      site_of[reinterpret_cast<std::uintptr_t>(live.back())] = k;
+    }
+  }
+  const json tr = traces();
+  int allocs = 0, frees = 0;
+  for (const json& e : tr) {
+    const std::string action = e["action"];
+    const auto frames = names(e);
+    if (action == "alloc") {
+      ++allocs;
+      const auto it = site_of.find(e["addr"].get<std::uintptr_t>());
+      ASSERT_NE(it, site_of.end()) << "an alloc of the last round only";
+      EXPECT_TRUE(mentions(frames, site_name(it->second))) << ::testing::PrintToString(frames);
+      EXPECT_FALSE(mentions(frames, "history_free_site")) << ::testing::PrintToString(frames);
+    } else if (action == "free_requested" || action == "free_completed") {
+      ++frees;
+      EXPECT_TRUE(mentions(frames, "history_free_site")) << ::testing::PrintToString(frames);
+      EXPECT_FALSE(mentions(frames, "history_site<")) << ::testing::PrintToString(frames);
+    }
+  }
+  EXPECT_EQ(allocs, kPerRound);
+  EXPECT_EQ(frees, 2 * kPerRound);  // the previous round's blocks, requested and completed
+  // The live blocks show their own allocation stacks too.
+  const json snap = json::parse(memory_snapshot_json());
+  int blocks = 0;
+  for (const json& seg : snap["segments"]) {
+    for (const json& blk : seg["blocks"]) {
+      const auto it = site_of.find(blk["address"].get<std::uintptr_t>());
+      if (it == site_of.end()) continue;
+      ++blocks;
+      EXPECT_TRUE(mentions(names(blk), site_name(it->second)))
+          << ::testing::PrintToString(names(blk));
+    }
+  }
+  EXPECT_EQ(blocks, kPerRound);
+  for (void* p : live) caching_allocator_delete(p);
+  // And recording still works after all that.
+  record_memory_history("all", "all", "cpp", 1000);
+  void* last = history_site<0>(4096);
+  history_free_site(last);
+  const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(last));
+  ASSERT_EQ(es.size(), 3u);
+  EXPECT_TRUE(mentions(names(es[0]), "history_site<0>"));
+  EXPECT_TRUE(mentions(names(es[1]), "history_free_site"));
+}
+
 TEST(MemoryHistory, RingKeepsTheNewestEntriesAndReenableClears) {
   HistoryOff off;
   record_memory_history("all", "all", "cpp", 10);
@@ -170,6 +260,33 @@ TEST(MemoryHistory, RingKeepsTheNewestEntriesAndReenableClears) {
   }
   record_memory_history("all", "all", "cpp", 10);
   EXPECT_TRUE(traces().empty());
+}
+
+TEST(MemoryHistory, RingOfFreePairsKeepsExactlyTheNewestEntries) {
+  // A free's free_requested and free_completed share one ring slot: the snapshot expands
+  // it and still gives exactly the newest max_entries entries, a pair cut in half included.
+  HistoryOff off;
+  for (const std::size_t cap : {3, 4}) {
+    record_memory_history("all", "all", "cpp", cap);
+    void* last = nullptr;
+    for (int i = 0; i < 20; ++i) {
+      last = caching_allocator_alloc(4096);
+      caching_allocator_delete(last);
+    }
+    const json tr = traces();
+    ASSERT_EQ(tr.size(), cap);
+    std::vector<std::string> actions;
+    for (const json& e : tr) actions.push_back(e["action"]);
+    const std::vector<std::string> want =
+        cap == 3 ? std::vector<std::string>{"alloc", "free_requested", "free_completed"}
+                 : std::vector<std::string>{"free_completed", "alloc", "free_requested",
+                                            "free_completed"};
+    EXPECT_EQ(actions, want);
+    for (std::size_t i = cap - 3; i < cap; ++i)
+      EXPECT_EQ(tr[i]["addr"].get<std::uintptr_t>(), reinterpret_cast<std::uintptr_t>(last));
+    EXPECT_EQ(tr[cap - 1]["time_us"], tr[cap - 2]["time_us"]);  // one call, one time
+    EXPECT_EQ(names(tr[cap - 1]), names(tr[cap - 2]));
+  }
 }
 
 TEST(MemoryHistory, EveryPairIsRecordedOnTheQuickPath) {
