@@ -293,9 +293,10 @@ def test_untuned_recording_then_offline_tuning(tmp_path):
     assert text.count("GemmTunableOp_float_NN,") == 2
 
 
-def test_mgpu_tuning_gathers_per_device_files(tmp_path):
-    if cudakit.device_count() < 2:
-        pytest.skip("needs two devices")
+def _mgpu_tune_two_files(tmp_path, num_gpus):
+    """Runs mgpu_tune_gemm_in_file over two untuned files (one GEMM in both) in a fresh
+    process, as a user must (spawned workers import the caller's module); returns the
+    gathered results file's rows (fields split), after checking its validator header."""
     (tmp_path / "untuned0.csv").write_text(
         "GemmTunableOp_float_NN,nn_8_8_8_ld_8_8_8\nGemmTunableOp_float_NT,nt_16_8_8_ld_16_8_16\n")
     (tmp_path / "untuned1.csv").write_text(
@@ -306,37 +307,7 @@ def test_mgpu_tuning_gathers_per_device_files(tmp_path):
         if __name__ == "__main__":
             t.enable(); t.set_max_tuning_iterations(2)
             t.set_filename({str(tmp_path / 'res.csv')!r})
-            t.mgpu_tune_gemm_in_file({str(tmp_path / 'untuned?.csv')!r}, 2)
-    """))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(cudakit.__file__).resolve().parents[1]),
-                                         env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    full0 = (tmp_path / "res_full0.csv").read_text().splitlines()
-    assert full0[0].startswith("Validator,")
-    results = sorted(l.split(",")[1] for l in full0 if not l.startswith("Validator,"))
-    assert results == ["nn_8_8_8_ld_8_8_8", "nt_16_8_8_ld_16_8_16", "tn_8_8_16_ld_16_16_8"]
-    assert (tmp_path / "res_full1.csv").read_text().splitlines() == full0
-    per_device = [tmp_path / "res0.csv", tmp_path / "res1.csv"]
-    assert any(p.exists() for p in per_device)
-
-
-def test_mgpu_tuning_on_one_device_gathers_every_file(tmp_path):
-    """num_gpus=1: the worker-process path on whatever machine has one device (the H200
-    lends one GPU; the two-device test above needs two). Duplicates across files tuned once."""
-    (tmp_path / "untuned0.csv").write_text(
-        "GemmTunableOp_float_NN,nn_8_8_8_ld_8_8_8\nGemmTunableOp_float_NT,nt_16_8_8_ld_16_8_16\n")
-    (tmp_path / "untuned1.csv").write_text(
-        "GemmTunableOp_float_NN,nn_8_8_8_ld_8_8_8\nGemmTunableOp_Half_TN,tn_8_8_16_ld_16_16_8\n")
-    script = tmp_path / "mgpu1.py"
-    script.write_text(textwrap.dedent(f"""
-        import cudakit.tunable as t
-        if __name__ == "__main__":
-            t.enable(); t.set_max_tuning_iterations(2)
-            t.set_filename({str(tmp_path / 'res.csv')!r})
-            t.mgpu_tune_gemm_in_file({str(tmp_path / 'untuned?.csv')!r}, 1)
+            t.mgpu_tune_gemm_in_file({str(tmp_path / 'untuned?.csv')!r}, {num_gpus})
     """))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(cudakit.__file__).resolve().parents[1]),
@@ -347,9 +318,26 @@ def test_mgpu_tuning_on_one_device_gathers_every_file(tmp_path):
     full0 = (tmp_path / "res_full0.csv").read_text().splitlines()
     assert full0[0].startswith("Validator,")
     rows = [l.split(",") for l in full0 if not l.startswith("Validator,")]
+    # duplicates across the files tuned once; each row has a solution and a time in ms
     assert sorted(r[1] for r in rows) == ["nn_8_8_8_ld_8_8_8", "nt_16_8_8_ld_16_8_16",
                                           "tn_8_8_16_ld_16_16_8"]
-    assert all(len(r) == 4 and r[2] and float(r[3]) >= 0 for r in rows)  # solution, time in ms
+    assert all(len(r) == 4 and r[2] and float(r[3]) >= 0 for r in rows)
+    return full0
+
+
+def test_mgpu_tuning_gathers_per_device_files(tmp_path):
+    if cudakit.device_count() < 2:
+        pytest.skip("needs two devices")
+    full0 = _mgpu_tune_two_files(tmp_path, 2)
+    assert (tmp_path / "res_full1.csv").read_text().splitlines() == full0
+    per_device = [tmp_path / "res0.csv", tmp_path / "res1.csv"]
+    assert any(p.exists() for p in per_device)
+
+
+def test_mgpu_tuning_on_one_device_gathers_every_file(tmp_path):
+    """num_gpus=1: the worker-process path on a machine with one device (the H200 is lent
+    alone; the test above needs two)."""
+    _mgpu_tune_two_files(tmp_path, 1)
     assert not (tmp_path / "res_full1.csv").exists()
 
 
