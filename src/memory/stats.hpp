@@ -25,40 +25,56 @@
 
 namespace cudakit::memory {
 
+// Growth and shrinkage (n >= 0) apart: an allocation or a free knows its direction, and
+// stat_update's two sign tests per counter were a tenth of the allocator's work in the
+// mixed live-set benchmark (13 counters per alloc, 13 per free); only growth can raise the peak.
+inline void stat_grow(MemoryStat& s, std::int64_t n) noexcept {
+  s.current += n;
+  s.allocated += n;
+  s.peak = s.current > s.peak ? s.current : s.peak;
+}
+inline void stat_shrink(MemoryStat& s, std::int64_t n) noexcept {
+  s.current -= n;
+  s.freed += n;
+}
 inline void stat_update(MemoryStat& s, std::int64_t delta) noexcept {
-  s.current += delta;
-  if (s.current > s.peak) s.peak = s.current;
-  if (delta > 0) s.allocated += delta;
-  else s.freed -= delta;
+  if (delta > 0) stat_grow(s, delta);
+  else stat_shrink(s, -delta);
 }
 
 class DeviceStats {
  public:
   void alloc(bool small, std::size_t bytes, std::size_t requested, bool oversize,
              std::uint8_t client = 0) noexcept {
-    client_update(client, 1, to_i(bytes), to_i(requested));
-    add(s_.allocation, small, 1);
-    add(s_.active, small, 1);
-    add(s_.allocated_bytes, small, to_i(bytes));
-    add(s_.active_bytes, small, to_i(bytes));
-    add(s_.requested_bytes, small, to_i(requested));
-    if (oversize) stat_update(s_.oversize_allocations, 1);
+    ClientMemoryStats& c = client_stats(client);
+    stat_grow(c.allocation, 1);
+    stat_grow(c.allocated_bytes, to_i(bytes));
+    stat_grow(c.requested_bytes, to_i(requested));
+    grow(s_.allocation, small, 1);
+    grow(s_.active, small, 1);
+    grow(s_.allocated_bytes, small, to_i(bytes));
+    grow(s_.active_bytes, small, to_i(bytes));
+    grow(s_.requested_bytes, small, to_i(requested));
+    if (oversize) stat_grow(s_.oversize_allocations, 1);
     publish();
   }
   // The caller gave the block back (no longer allocated).
   void free_requested(bool small, std::size_t bytes, std::size_t requested, bool oversize,
                       std::uint8_t client = 0) noexcept {
-    client_update(client, -1, -to_i(bytes), -to_i(requested));
-    add(s_.allocation, small, -1);
-    add(s_.allocated_bytes, small, -to_i(bytes));
-    add(s_.requested_bytes, small, -to_i(requested));
-    if (oversize) stat_update(s_.oversize_allocations, -1);
+    ClientMemoryStats& c = client_stats(client);
+    stat_shrink(c.allocation, 1);
+    stat_shrink(c.allocated_bytes, to_i(bytes));
+    stat_shrink(c.requested_bytes, to_i(requested));
+    shrink(s_.allocation, small, 1);
+    shrink(s_.allocated_bytes, small, to_i(bytes));
+    shrink(s_.requested_bytes, small, to_i(requested));
+    if (oversize) stat_shrink(s_.oversize_allocations, 1);
     publish();
   }
   // No stream uses the block any more (torch's "active" statistics).
   void free_completed(bool small, std::size_t bytes) noexcept {
-    add(s_.active, small, -1);
-    add(s_.active_bytes, small, -to_i(bytes));
+    shrink(s_.active, small, 1);
+    shrink(s_.active_bytes, small, to_i(bytes));
   }
   // A device allocation of `bytes` (segment + reserved memory).
   void segment_created(bool small, std::size_t bytes, bool oversize) noexcept {
@@ -120,16 +136,20 @@ class DeviceStats {
 
  private:
   static std::int64_t to_i(std::size_t n) noexcept { return static_cast<std::int64_t>(n); }
-  void client_update(std::uint8_t client, std::int64_t n, std::int64_t bytes,
-                     std::int64_t requested) noexcept {
-    ClientMemoryStats& c = s_.by_client[client < kNumMemoryClients ? client : 0];
-    stat_update(c.allocation, n);
-    stat_update(c.allocated_bytes, bytes);
-    stat_update(c.requested_bytes, requested);
+  ClientMemoryStats& client_stats(std::uint8_t client) noexcept {
+    return s_.by_client[client < kNumMemoryClients ? client : 0];
   }
   static void add(MemoryStat (&s)[kNumStatPools], bool small, std::int64_t delta) noexcept {
     stat_update(s[0], delta);
     stat_update(s[small ? 1 : 2], delta);
+  }
+  static void grow(MemoryStat (&s)[kNumStatPools], bool small, std::int64_t n) noexcept {
+    stat_grow(s[0], n);
+    stat_grow(s[small ? 1 : 2], n);
+  }
+  static void shrink(MemoryStat (&s)[kNumStatPools], bool small, std::int64_t n) noexcept {
+    stat_shrink(s[0], n);
+    stat_shrink(s[small ? 1 : 2], n);
   }
   void publish() noexcept {
     allocated_now_.store(s_.allocated_bytes[0].current, std::memory_order_relaxed);
