@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The device-tool calls a session makes, so that a new checkout has them (30 minutes of H200
+# time per session: two warm calls cover the suite and every benchmark against torch).
+#   Here, once:  mkdir -p .device-carry/traces && cp bench/memory/traces/*.gz ../shared/traces/*.gz .device-carry/traces/
+#   Then, through the device tool with carry [".device-carry"], timeout 600:
+#     CUDAKIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash scripts/device-calls.sh tests    # ~320 s: build + whole cuda suite
+#     CUDAKIT_COMMIT=...                           OUT=$OUT bash scripts/device-calls.sh bench    # ~360 s warm: benchmarks vs torch
+#     CUDAKIT_COMMIT=...                           OUT=$OUT bash scripts/device-calls.sh memory   # ~130 s cold: memory suites + allocator vs c10
+# (the device copy's git HEAD can be stale: pass CUDAKIT_COMMIT for the summary line).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?OUT must name the output folder}"
+export PATH=/usr/local/cuda/bin:$PATH
+TRACES=${TRACES_DIR:-.device-carry/traces}
+case "${1:-}" in
+  tests)
+    STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
+  bench)
+    { nvcc -std=c++17 -O3 --fmad=false --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude \
+        -Xcompiler -ffp-contract=off -o /tmp/normal_check bench/tensor/normal_check.cu &&
+        /tmp/normal_check quick; } > "$OUT/normal_check.log" 2>&1
+    STEPS="build bench" TRACES_DIR=$TRACES \
+    BENCH_CPP="bench_memory_alloc bench_pinned alloc_vs_torch pinned_vs_torch" \
+    BENCH_PY="bench/tunable/bench_tunable.py bench/tensor/bench_tensor.py bench/jiterator/bench_jiterator.py bench/python/bench_history.py bench/python/bench_pinned.py bench/python/bench_import.py" \
+      bash scripts/gpu-check.sh "$OUT"
+    echo "## REPLAY_CALLS=1: device calls by kind" >> "$OUT/bench.log"
+    REPLAY_CALLS=1 CUDAKIT_BACKEND=cuda timeout 200 build-gpu/bench/memory/memory_replay "$TRACES"/*.trace.gz \
+      --conf "expandable_segments:True" >> "$OUT/bench.log" 2>&1 ;;
+  memory)
+    STEPS="build cuda" HANG_SECONDS=120 CUDAKIT_STRESS_SECONDS=3 \
+    CTEST_R='^cpp\.test_memory_(allocator|oom|threads|history|ipc|sizes|host|config)$' \
+    PYTEST_FILES="tests/python/test_memory.py tests/python/test_memory_config.py" \
+      bash scripts/gpu-check.sh "$OUT"
+    CUDAKIT_BACKEND=cuda timeout 100 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
+    grep median "$OUT/alloc_vs_torch.log" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory" >&2; exit 2 ;;
+esac
