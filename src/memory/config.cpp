@@ -202,6 +202,11 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
       if (n < 1 || n > 65536 || n != std::floor(n))
         bad(var, key, v, "a whole number between 1 and 65536");
       c.expandable_slack_div = static_cast<std::size_t>(n);
+    } else if (key == "expandable_segments_max_chunk_mb") {
+      double n = parse_number(var, key, v, "a power of two between 2 and 1024");
+      if (n < 2 || n > 1024 || n != std::floor(n) || !is_pow2(std::size_t(n)))
+        bad(var, key, v, "a power of two between 2 and 1024");
+      c.expandable_max_chunk_mb = static_cast<std::size_t>(n);
     } else if (key == "pinned_use_cuda_host_register" || key == "pinned_use_host_register") {
       key = "pinned_use_cuda_host_register";
       c.pinned_use_host_register = parse_bool(var, key, v);
@@ -224,7 +229,8 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
                        "pinned_use_cuda_host_register, pinned_num_register_threads, "
                        "pinned_use_background_threads, graph_capture_record_stream_reuse, "
                        "quick_cache, expandable_segments_chunk_pages, "
-                       "expandable_segments_slack_div, device_mutex_spin");
+                       "expandable_segments_slack_div, expandable_segments_max_chunk_mb, "
+                       "device_mutex_spin");
     }
     c.keys.push_back(key);
   }

@@ -7,7 +7,8 @@
 //   live: applied to existing allocators at once
 //     garbage_collection_threshold, max_non_split_rounding_mb, roundup_power2_divisions,
 //     per_process_memory_fraction (every device, as set_per_process_memory_fraction),
-//     quick_cache, expandable_segments_slack_div,
+//     quick_cache, expandable_segments_slack_div, expandable_segments_max_chunk_mb (new
+//     mappings),
 //     pinned_use_cuda_host_register (alias pinned_use_host_register),
 //     pinned_num_register_threads, pinned_use_background_threads (new pinned blocks / the
 //     pinned cache)
@@ -26,7 +27,10 @@
 // (pages of the large pool's smallest physical allocation, default 4 = 8 MiB: its chunks
 // grow from there in powers of two with the pool, expandable_segment.hpp; the small pool's
 // are one page), expandable_segments_slack_div (expandable segments may reserve the live
-// high-water mark plus 1/N of it before they move pages; default 32), device_mutex_spin
+// high-water mark plus 1/N of it before they move pages; default 32),
+// expandable_segments_max_chunk_mb (the largest chunk a large pool's chunks grow to, a power
+// of two, default 32: a chunk is unmapped only when all of it is free, so this bounds the
+// memory one small live block can pin), device_mutex_spin
 // (True/False, default True, fixed at the first device allocation: the slow-path lock spins
 // briefly before it sleeps, see locks.hpp). The measurements behind the defaults are in
 // expandable_segment.hpp and docs/performance.md.
@@ -68,6 +72,7 @@ struct AllocatorConfig {
   bool device_mutex_spin = true;  // init-only: the device mutex spins before it sleeps
   std::size_t expandable_chunk_pages = 4;
   std::size_t expandable_slack_div = 32;
+  std::size_t expandable_max_chunk_mb = 32;  // largest chunk a large pool grows to
   // Pinned host allocator.
   bool pinned_use_host_register = false;
   unsigned pinned_num_register_threads = 1;

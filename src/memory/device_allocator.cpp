@@ -614,6 +614,7 @@ void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
   for (std::size_t i = 0; i < divisions_.size(); ++i)
     divisions_[i].store(c.roundup_power2_divisions[i], std::memory_order_relaxed);
   cfg_.expandable_slack_div = c.expandable_slack_div;
+  cfg_.expandable_max_chunk_mb = c.expandable_max_chunk_mb;
   cfg_.quick_cache = c.quick_cache;
   cfg_.pinned_use_host_register = c.pinned_use_host_register;
   cfg_.pinned_num_register_threads = c.pinned_num_register_threads;

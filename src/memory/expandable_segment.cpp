@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <stdexcept>
 
 #include "memory/device_allocator.hpp"
@@ -22,8 +23,8 @@ std::atomic<std::uint64_t> g_next_share_serial{1};
 // 128 MiB, the previous 40 MiB mapped ahead less than one chunk and saved nothing on pools
 // past 1 GiB.
 constexpr std::size_t kMapAhead = 80 * kMiB;
-// Largest chunk of a large pool, and the pool size below which it keeps its unit chunks.
-constexpr std::size_t kMaxChunk = 128 * kMiB;
+// The pool size below which a large pool keeps its unit chunks (the largest chunk is
+// expandable_segments_max_chunk_mb).
 constexpr std::size_t kGrowChunksFrom = 512 * kMiB;
 }
 
@@ -50,8 +51,8 @@ ExpandableSegment::~ExpandableSegment() {
 
 std::uintptr_t ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes,
                                       std::uintptr_t limit, std::size_t max_chunk,
-                                      std::vector<Spare>& spares, VmCallCounts& calls,
-                                      std::size_t* from_spares) {
+                                      std::size_t max_new_bytes, std::vector<Spare>& spares,
+                                      VmCallCounts& calls, std::size_t* from_spares) {
   const std::size_t first = (addr - base) / unit_;
   const std::size_t want = (addr - base + bytes + unit_ - 1) / unit_;
   const std::size_t lim = (limit - base) / unit_;
@@ -60,42 +61,58 @@ std::uintptr_t ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes,
   std::vector<detail::PhysMemHandle> run;
   std::vector<std::size_t> sizes;
   std::vector<bool> spare;  // per chunk of the run: taken from the spares
+  // At most one chunk per unit: reserved up front, so no push_back throws with a handle in hand.
+  run.reserve(want - first);
+  sizes.reserve(want - first);
+  spare.reserve(want - first);
   bool ok = true;
+  std::exception_ptr error;  // a driver error other than out-of-memory, after the rollback
+  std::size_t created = 0;
   std::size_t p = first;
-  while (p < want) {
-    // The largest power of two <= max_units that p is aligned to and that fits before lim,
-    // shrunk while half of it still covers what is left to map.
-    std::size_t k = 1;
-    while (k * 2 <= max_units && p % (k * 2) == 0 && p + k * 2 <= lim) k *= 2;
-    while (k > 1 && k / 2 >= want - p) k /= 2;
-    // A spare of exactly k units, else the largest smaller one (smaller powers of two keep
-    // the alignment), else a new chunk.
-    std::size_t pick = SIZE_MAX, pick_units = 0;
-    for (std::size_t s = spares.size(); s-- > 0;) {
-      const std::size_t u = spares[s].bytes / unit_;
-      if (u <= k && u > pick_units) {
-        pick = s;
-        pick_units = u;
-        if (u == k) break;
+  try {
+    while (p < want) {
+      // The largest power of two <= max_units that p is aligned to and that fits before lim,
+      // shrunk while half of it still covers what is left to map.
+      std::size_t k = 1;
+      while (k * 2 <= max_units && p % (k * 2) == 0 && p + k * 2 <= lim) k *= 2;
+      while (k > 1 && k / 2 >= want - p) k /= 2;
+      // A spare of exactly k units, else the largest smaller one (smaller powers of two keep
+      // the alignment), else a new chunk.
+      std::size_t pick = SIZE_MAX, pick_units = 0;
+      for (std::size_t s = spares.size(); s-- > 0;) {
+        const std::size_t u = spares[s].bytes / unit_;
+        if (u <= k && u > pick_units) {
+          pick = s;
+          pick_units = u;
+          if (u == k) break;
+        }
       }
-    }
-    if (pick != SIZE_MAX) {
-      run.push_back(spares[pick].handle);
-      spares.erase(spares.begin() + static_cast<std::ptrdiff_t>(pick));
-      k = pick_units;
-      spare.push_back(true);
-    } else {
-      detail::PhysMemHandle h = backend.vm_create(device, k * unit_);
-      if (!h) {
-        ok = false;
-        break;
+      if (pick != SIZE_MAX) {
+        run.push_back(spares[pick].handle);
+        spares.erase(spares.begin() + static_cast<std::ptrdiff_t>(pick));
+        k = pick_units;
+        spare.push_back(true);
+      } else {
+        if (created + k * unit_ > max_new_bytes) {  // past the memory-fraction limit
+          ok = false;
+          break;
+        }
+        detail::PhysMemHandle h = backend.vm_create(device, k * unit_);
+        if (!h) {
+          ok = false;
+          break;
+        }
+        created += k * unit_;
+        VmCallCounts::bump(calls.create);
+        run.push_back(h);
+        spare.push_back(false);
       }
-      VmCallCounts::bump(calls.create);
-      run.push_back(h);
-      spare.push_back(false);
+      sizes.push_back(k * unit_);
+      p += k;
     }
-    sizes.push_back(k * unit_);
-    p += k;
+  } catch (...) {
+    ok = false;
+    error = std::current_exception();
   }
   if (ok) {
     try {
@@ -109,6 +126,7 @@ std::uintptr_t ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes,
       if (spare[c]) spares.push_back(Spare{run[c], sizes[c]});
       else destroy(backend, run[c], calls);
     }
+    if (error) std::rethrow_exception(error);
     return 0;
   }
   std::size_t reused = 0, u = first;
@@ -232,7 +250,7 @@ std::size_t DeviceAllocator::chunk_for(bool small, std::size_t pool_bytes) const
   std::size_t c = chunk_bytes(small);
   if (small || pool_bytes < kGrowChunksFrom) return c;
   const std::size_t slack = pool_bytes / cfg_.expandable_slack_div;
-  while (c * 2 <= slack && c * 2 <= kMaxChunk) c *= 2;
+  while (c * 2 <= slack && c * 2 <= cfg_.expandable_max_chunk_mb * kMiB) c *= 2;
   return c;
 }
 
@@ -483,10 +501,16 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   const std::uintptr_t lim =
       std::min(b->ptr + b->size, b->ptr + std::max(bytes, (size + unit - 1) / unit * unit +
                                                               ahead / unit * unit));
-  std::uintptr_t end = es.map(b->ptr, bytes, lim, max_chunk, spares, vm_calls_, &from_spares);
-  // Out of device memory with big chunks: unit chunks may still fit (and round less).
+  // New chunks stay within the limit whatever the spares (a spare bigger than a place's
+  // alignment allows cannot fill it, so spare_total above is only an estimate).
+  const std::size_t reserved = stats_.reserved_bytes();
+  const std::size_t max_new = reserved >= limit_ ? 0 : limit_ - reserved;
+  std::uintptr_t end =
+      es.map(b->ptr, bytes, lim, max_chunk, max_new, spares, vm_calls_, &from_spares);
+  // Out of device memory (or limit room) with big chunks: unit chunks may still fit (and
+  // round less).
   if (end == 0 && max_chunk > unit)
-    end = es.map(b->ptr, bytes, lim, unit, spares, vm_calls_, &from_spares);
+    end = es.map(b->ptr, bytes, lim, unit, max_new, spares, vm_calls_, &from_spares);
   if (end == 0) return false;
   bytes = end - b->ptr;
   if (bytes < b->size) {

@@ -8,11 +8,17 @@
 // (default 4 = 8 MiB). The small pool maps one unit per chunk; the large pool's chunk grows
 // with the pool (DeviceAllocator::chunk_for): the largest power-of-two multiple of the unit
 // that is <= the pool's footprint slack (its size / expandable_segments_slack_div), at most
-// 128 MiB, so pools under 512 MiB keep 8 MiB chunks. Why: every chunk costs a create, a map
+// expandable_segments_max_chunk_mb (default 32 MiB), so pools under 512 MiB keep 8 MiB chunks. Why: every chunk costs a create, a map
 // and (later) an unmap and a destroy, and a chunk-per-8-MiB layout made 10-25x torch's
 // device calls on the recorded traces; a chunk no bigger than the slack keeps what bigger
 // chunks cost (a free hole smaller than a chunk cannot be unmapped) within the footprint
-// budget. Natural alignment keeps the page table simple (a chunk's head is its unit index
+// budget for one hole. Many holes are not bounded by it: a chunk holding one small live block
+// stays mapped whole (the driver maps a physical allocation whole, offset 0), so a 4 GiB
+// block mapped in 128 MiB chunks and then reused as 4 MiB blocks, one in 32 kept, pinned all
+// 4 GiB through empty_cache (review of the first version, test
+// ExpandableSegmentsBigChunksPinBoundedMemory). Hence the 32 MiB cap: the traces' driver
+// calls stay those of 128 MiB chunks but on varbatch_train (1425 against 995; 3888 with 8 MiB
+// chunks), and one live block pins at most 32 MiB (torch's large page: 20 MiB). Natural alignment keeps the page table simple (a chunk's head is its unit index
 // rounded down to its length) and lets a smaller chunk always fill a bigger one's place.
 // Chunks of one size are interchangeable: a chunk unmapped in one place is mapped again
 // somewhere else without a release + create (DeviceAllocator keeps such "spare" handles, with
@@ -97,10 +103,13 @@ struct ExpandableSegment {
   // chunk-rounding past addr+bytes, never past limit). Spares (any power-of-two multiple of
   // the unit) are used first: one of the planned size, else the largest smaller one; the rest
   // are created. Returns the end address of the mapping, or 0 on out-of-memory (then nothing
-  // new stays mapped; spares taken are handed back). *from_spares: bytes mapped from spares.
+  // new stays mapped; spares taken are handed back), also when the new chunks would pass
+  // max_new_bytes (the memory-fraction limit's room: spares that do not fit the plan's
+  // places must not let it create past the limit). *from_spares: bytes mapped from spares.
+  // A driver error other than out-of-memory is rethrown after the same rollback.
   std::uintptr_t map(std::uintptr_t addr, std::size_t bytes, std::uintptr_t limit,
-                     std::size_t max_chunk, std::vector<Spare>& spares, VmCallCounts& calls,
-                     std::size_t* from_spares);
+                     std::size_t max_chunk, std::size_t max_new_bytes, std::vector<Spare>& spares,
+                     VmCallCounts& calls, std::size_t* from_spares);
   // The largest run of whole chunks inside [addr, addr+bytes) ({0,0} if none).
   std::pair<std::uintptr_t, std::uintptr_t> unmappable(std::uintptr_t addr,
                                                        std::size_t bytes) const;

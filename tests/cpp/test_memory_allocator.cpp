@@ -235,7 +235,7 @@ TEST(MemoryAllocator, ExpandableSegmentsGrantAccessOncePerRun) {
 // multiple of 8 MiB up to the footprint slack (pool / 32), at most 128 MiB; pools under
 // 512 MiB keep 8 MiB chunks. Fewer, bigger chunks: fewer create/map/unmap/destroy calls.
 TEST(MemoryAllocator, ExpandableSegmentsChunksGrowWithPool) {
-  DeviceAllocator a = make("expandable_segments:True");
+  DeviceAllocator a = make("expandable_segments:True,expandable_segments_max_chunk_mb:128");
   const auto& calls = a.vm_calls();
   auto* small = a.malloc(400 * kMiB, nullptr);  // a 400 MiB pool: 8 MiB chunks
   EXPECT_EQ(calls.create.load(), 50u);
@@ -258,6 +258,76 @@ TEST(MemoryAllocator, ExpandableSegmentsChunksGrowWithPool) {
   a.empty_cache();
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
   EXPECT_EQ(calls.create.load(), calls.destroy.load()) << "every physical chunk released";
+}
+
+TEST(MemoryAllocator, ExpandableSegmentsChunksStopAtTheDefaultCap) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* big = a.malloc(4096 * kMiB, nullptr);  // pool / 32 = 128 MiB, capped at 32 MiB
+  DeviceAllocator::ExpandableShare share;
+  ASSERT_TRUE(a.share_expandable(reinterpret_cast<void*>(big->ptr), share));
+  ASSERT_FALSE(share.chunks.empty());
+  for (const auto& c : share.chunks) EXPECT_LE(c.bytes, 32 * kMiB);
+  EXPECT_EQ(share.chunks.front().bytes, 32 * kMiB);
+  a.free(reinterpret_cast<void*>(big->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+}
+
+namespace {
+void free_block(DeviceAllocator& a, memory::Block* b) {
+  ASSERT_TRUE(a.free(reinterpret_cast<void*>(b->ptr)));
+}
+}  // namespace
+
+// A chunk is unmapped only when all of it is free, so sparse small survivors in memory first
+// mapped for a big block pin whole chunks: at most one chunk (32 MiB by default) per live
+// block, and a request on another stream must still fit (review of the 128 MiB version:
+// 4096 MiB stayed reserved for 128 MiB live, and the request below ran out of memory).
+TEST(MemoryAllocator, ExpandableSegmentsBigChunksPinBoundedMemory) {
+  DeviceAllocator a = make("expandable_segments:True");
+  const std::size_t total = detail::backend().mem_get_info(0).total;
+  if (total < 8192 * kMiB) GTEST_SKIP() << "needs >= 8 GiB of emulated memory";
+  free_block(a, a.malloc(4096 * kMiB, nullptr));
+  std::vector<memory::Block*> v, keep;
+  for (int i = 0; i < 1024; ++i) v.push_back(a.malloc(4 * kMiB, nullptr));
+  for (int i = 0; i < 1024; ++i) {
+    if (i % 32) free_block(a, v[i]);
+    else keep.push_back(v[i]);
+  }
+  a.empty_cache();
+  EXPECT_LE(a.stats().reserved_bytes[0].current,
+            static_cast<std::int64_t>(keep.size() * 32 * kMiB))
+      << "more than one 32 MiB chunk pinned per live 4 MiB block";
+  Stream s2(0);
+  memory::Block* other = nullptr;
+  try {
+    other = a.malloc(total - 4096 * kMiB + 256 * kMiB, s2.handle());
+  } catch (const OutOfMemoryError& e) {
+    ADD_FAILURE() << "out of memory with 128 MiB live: " << e.what();
+  }
+  if (other) free_block(a, other);
+  for (auto* b : keep) free_block(a, b);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+}
+
+// Spares bigger than the places a mapping can give them cannot be used, so they must not let
+// the new chunks pass per_process_memory_fraction (review: peak 4304 MiB against 4300).
+TEST(MemoryAllocator, ExpandableSegmentsUnusableSparesKeepTheFractionLimit) {
+  const std::size_t total = detail::backend().mem_get_info(0).total;
+  if (total < 8192 * kMiB) GTEST_SKIP() << "needs >= 8 GiB of emulated memory";
+  const std::size_t limit = 4300 * kMiB;
+  DeviceAllocator a = make("expandable_segments:True,expandable_segments_max_chunk_mb:128");
+  a.set_memory_fraction(double(limit) / double(total) + 1e-9);
+  Stream sb(0);
+  auto* b1 = a.malloc(8 * kMiB, sb.handle());  // stream B's segment: unit 0 in use
+  free_block(a, a.malloc(4096 * kMiB, nullptr));  // 128 MiB chunks on the default stream
+  auto* b2 = a.malloc(200 * kMiB, sb.handle());  // over the budget: those chunks move
+  EXPECT_LE(a.stats().reserved_bytes[0].peak, static_cast<std::int64_t>(limit))
+      << "reserved went past per_process_memory_fraction";
+  free_block(a, b2);
+  free_block(a, b1);
+  a.empty_cache();
 }
 
 TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {

@@ -51,13 +51,14 @@ TEST(MemoryConfig, LiveKeysReachExistingAllocatorsAndSnapshots) {
   touch_allocator();
   set_allocator_settings("garbage_collection_threshold:0.7,roundup_power2_divisions:4,"
                          "max_non_split_rounding_mb:32,quick_cache:False,"
-                         "expandable_segments_slack_div:16");
+                         "expandable_segments_slack_div:16,expandable_segments_max_chunk_mb:64");
   const memory::AllocatorConfig c = memory::device_allocator(0).settings();
   EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.7);
   EXPECT_EQ(c.divisions_for(100 * memory::kMiB), 4u);
   EXPECT_EQ(c.max_non_split_rounding, 32 * memory::kMiB);
   EXPECT_FALSE(c.quick_cache);
   EXPECT_EQ(c.expandable_slack_div, 16u);
+  EXPECT_EQ(c.expandable_max_chunk_mb, 64u);
   const json s = snapshot_settings();
   EXPECT_DOUBLE_EQ(s["garbage_collection_threshold"].get<double>(), 0.7);
   EXPECT_EQ(s["quick_cache"], false);
@@ -74,7 +75,8 @@ TEST(MemoryConfig, LiveKeysReachExistingAllocatorsAndSnapshots) {
   EXPECT_TRUE(d.quick_cache);
   EXPECT_DOUBLE_EQ(d.garbage_collection_threshold, 0.7);
   set_allocator_settings("garbage_collection_threshold:0.99,roundup_power2_divisions:0,"
-                         "max_non_split_rounding_mb:20,expandable_segments_slack_div:32");
+                         "max_non_split_rounding_mb:20,expandable_segments_slack_div:32,"
+                         "expandable_segments_max_chunk_mb:32");
 }
 
 TEST(MemoryConfig, FractionKeyAppliesToEveryDevice) {
@@ -137,7 +139,9 @@ TEST(MemoryConfig, UnknownKeysAndBadValuesAreRefusedWithoutChangingAnything) {
   const double gc = memory::settings_in_force().garbage_collection_threshold;
   for (const char* bad : {"garbage_collection_threshold:0.3,quick_cach:True",
                           "quick_cache:maybe", "expandable_segments_chunk_pages:0",
-                          "expandable_segments_slack_div:1.5", "pinned_num_register_threads:3"}) {
+                          "expandable_segments_slack_div:1.5", "pinned_num_register_threads:3",
+                          "expandable_segments_max_chunk_mb:48",
+                          "expandable_segments_max_chunk_mb:2048"}) {
     EXPECT_THROW(set_allocator_settings(bad), ValueError) << bad;
   }
   EXPECT_DOUBLE_EQ(memory::settings_in_force().garbage_collection_threshold, gc);
