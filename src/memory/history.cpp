@@ -290,7 +290,11 @@ StackRecord* HistoryRecorder::intern(CapturedStack& cap) {
   r->depth = cap.depth;
   r->hash = h;
   std::memcpy(r->pc, cap.pc, sizeof(void*) * depth);
-  r->py.swap(cap.py);  // the capture's vector takes the record's old capacity
+  // Copied, not swapped: a later event of the same allocator call may adopt the capture again
+  // (when a record went back to the pool in between) and must still see its Python frames
+  // (a swap left them empty: Python-less duplicates in snapshots). Pooled records keep their
+  // vectors' capacity, so the copy allocates nothing in the steady state.
+  r->py.assign(cap.py.begin(), cap.py.end());
   r->interned = true;
   StackRecord*& b = buckets_[h & (buckets_.size() - 1)];
   r->next = b;

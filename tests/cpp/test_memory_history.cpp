@@ -13,6 +13,7 @@
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
+#include "cudakit/python_stacks.hpp"
 #include "hang_watchdog.hpp"
 
 using nlohmann::json;
@@ -343,4 +344,77 @@ TEST(MemoryHistory, ThreadsRecordWhileSnapshotsAreTaken) {
     const std::string a = e["action"];
     if (a == "alloc" || a == "free_requested") EXPECT_FALSE(e["frames"].empty()) << a;
   }
+}
+
+// ---- Python frames of a capture adopted twice in one allocator call (review of histcost) ----
+
+namespace {
+char g_code[1];  // a fake interpreter: every allocator call gets a Python stack of its own
+std::atomic<int> g_py_calls{0};
+void fake_capture(std::vector<PyFrameRef>& out) { out.push_back(PyFrameRef{g_code, g_py_calls++}); }
+void fake_symbolize(const PyFrameRef& f, std::string& file, int& line, std::string& name) {
+  file = "fake.py";
+  line = f.lasti;
+  name = "pyframe_" + std::to_string(f.lasti);
+}
+struct FakePythonStacks {
+  FakePythonStacks() { set_python_stack_hooks(fake_capture, fake_symbolize); }
+  ~FakePythonStacks() { set_python_stack_hooks(nullptr, nullptr); }
+};
+bool block_has_python_frames(const json& snap, void* p) {
+  for (const json& seg : snap["segments"])
+    for (const json& blk : seg["blocks"])
+      if (blk["address"].get<std::uintptr_t>() == reinterpret_cast<std::uintptr_t>(p))
+        return mentions(names(blk), "pyframe_");
+  ADD_FAILURE() << "block not in the snapshot";
+  return false;
+}
+}  // namespace
+
+// A new segment: segment_alloc interns the call's stack, its ring overwrite pools a record,
+// and the alloc event adopts the capture again; it kept the C++ frames only.
+TEST(MemoryHistory, ReadoptionWithinACallKeepsPythonFrames) {
+  HistoryOff off;
+  FakePythonStacks py;
+  record_memory_history("all", "all", "all", 2);
+  for (int i = 0; i < 6; ++i) {
+    void* p = caching_allocator_alloc(64 << 20);
+    const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(p));
+    ASSERT_FALSE(es.empty());
+    EXPECT_TRUE(mentions(names(es.back()), "pyframe_")) << "iteration " << i;
+    EXPECT_TRUE(block_has_python_frames(json::parse(memory_snapshot_json()), p)) << i;
+    caching_allocator_delete(p);
+    empty_cache();  // the next alloc makes a new segment again
+  }
+}
+
+// The slow-path free: free_completed must show the frames of its free_requested.
+TEST(MemoryHistory, FreeCompletedKeepsThePythonFramesOfItsRequest) {
+  HistoryOff off;
+  set_allocator_settings("quick_cache:False");
+  FakePythonStacks py;
+  record_memory_history("all", "all", "all", 2);
+  int bad = 0;
+  for (int i = 0; i < 8; ++i) {
+    void* p = caching_allocator_alloc(4096);
+    caching_allocator_delete(p);
+    const json tr = traces();
+    ASSERT_EQ(tr.size(), 2u);
+    EXPECT_EQ(tr[0]["action"], "free_requested");
+    EXPECT_EQ(tr[1]["action"], "free_completed");
+    if (names(tr[0]) != names(tr[1]) || !mentions(names(tr[1]), "pyframe_")) ++bad;
+  }
+  EXPECT_EQ(bad, 0);
+  set_allocator_settings("quick_cache:True");
+}
+
+// Trace off ("state"): segment_alloc's record is discarded, the block's stack adopted again.
+TEST(MemoryHistory, StateModeBlockOnNewSegmentKeepsPythonFrames) {
+  HistoryOff off;
+  FakePythonStacks py;
+  record_memory_history("state", "alloc", "all", 100);
+  empty_cache();
+  void* p = caching_allocator_alloc(64 << 20);
+  EXPECT_TRUE(block_has_python_frames(json::parse(memory_snapshot_json()), p));
+  caching_allocator_delete(p);
 }
