@@ -42,7 +42,19 @@ struct MempoolIdHash {
 // Never returns memory (node counts are bounded by the peak block count).
 class NodeResource : public std::pmr::memory_resource {
  public:
-  ~NodeResource() override = default;
+  // The containers using it are destroyed first (DeviceAllocator declares it before them)
+  // and hand their nodes back; the free lists go back to the heap here.
+  ~NodeResource() override {
+    for (FreeNode*& head : free_) {
+      while (FreeNode* n = head) {
+        head = n->next;
+        ::operator delete(n, std::align_val_t(16));
+      }
+    }
+  }
+  NodeResource() = default;
+  NodeResource(const NodeResource&) = delete;
+  NodeResource& operator=(const NodeResource&) = delete;
 
  private:
   static constexpr std::size_t kClasses = 16;

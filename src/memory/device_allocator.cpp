@@ -55,6 +55,12 @@ DeviceAllocator::~DeviceAllocator() {
   }
   for (Block* b : spare_blocks_) delete b;
   spare_blocks_.clear();
+  // Expandable segments' unmapped ranges stay as blocks after release_cached (the address
+  // reservation outlives its pages); nothing else owns them.
+  for (BlockPool* pool : {&small_, &large_}) {
+    for (Block* b : pool->unmapped) delete b;
+    pool->unmapped.clear();
+  }
 }
 
 DeviceAllocator::Locked::~Locked() {
