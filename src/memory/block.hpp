@@ -39,7 +39,7 @@ struct MempoolIdHash {
 
 // Memory resource for the container nodes: per-size free lists (16-byte classes up to 256 B),
 // so recycling a node is a pointer push/pop. Not thread-safe: used under the device mutex.
-// Never returns memory (node counts are bounded by the peak block count).
+// Returns memory only when destroyed (node counts are bounded by the peak block count).
 class NodeResource : public std::pmr::memory_resource {
  public:
   // The containers using it are destroyed first (DeviceAllocator declares it before them)
