@@ -198,6 +198,11 @@ class DeviceAllocator {
   Block* get_free_block(BlockPool& pool, std::size_t size, detail::StreamHandle stream);
   Block* alloc_segment(BlockPool& pool, std::size_t alloc_size, detail::StreamHandle stream);
   bool would_exceed_limit(std::size_t bytes) const;
+  // Bytes that may still be reserved under the memory fraction (0 when at or over it).
+  std::size_t limit_room() const noexcept {
+    const std::size_t reserved = stats_.reserved_bytes();
+    return reserved >= limit_ ? 0 : limit_ - reserved;
+  }
   bool oversize(std::size_t bytes) const noexcept { return bytes >= cfg_.max_split_size; }
   // Free-set membership with the inactive-split accounting that goes with it.
   void insert_free(BlockPool& pool, Block* b);
@@ -264,24 +269,22 @@ class DeviceAllocator {
   // (when tracing): call under `if (allocator_events_wanted())` (history.hpp).
   void note_event(const char* action, std::uintptr_t addr, std::size_t size,
                   detail::StreamHandle stream, Block* b) {
-    if (AllocatorObserver obs = g_allocator_observer.load(std::memory_order_relaxed)) {
-      obs(AllocatorEvent{action, device_, addr, size, stats_.allocated_now(),
-                         static_cast<std::int64_t>(stats_.reserved_bytes())});
-    }
+    notify_observer(action, addr, size);
     if (history_enabled()) trace_.record(action_code(action), addr, size, stream, b);
   }
   // A block freed with nothing to wait for: free_requested and free_completed, as two
   // note_event calls would give, in one history call (and ring slot).
   void note_free_pair(Block* b) {
-    if (AllocatorObserver obs = g_allocator_observer.load(std::memory_order_relaxed)) {
-      const AllocatorEvent e{"free_requested", device_, b->ptr, b->requested, stats_.allocated_now(),
-                             static_cast<std::int64_t>(stats_.reserved_bytes())};
-      obs(e);
-      AllocatorEvent c = e;
-      c.action = "free_completed";
-      obs(c);
-    }
+    notify_observer("free_requested", b->ptr, b->requested);
+    notify_observer("free_completed", b->ptr, b->requested);
     if (history_enabled()) trace_.record(kActionFreePair, b->ptr, b->requested, b->stream, b);
+  }
+  // The profiler's allocator observer, when one is installed.
+  void notify_observer(const char* action, std::uintptr_t addr, std::size_t size) {
+    if (AllocatorObserver obs = g_allocator_observer.load(std::memory_order_relaxed)) {
+      obs(AllocatorEvent{action, device_, addr, size, stats_.allocated_now(),
+                         static_cast<std::int64_t>(stats_.reserved_bytes())});
+    }
   }
   QuickCache quick_;  // guarded by fast_lock_ (hints read without it)
   std::atomic<bool> quick_on_{true};  // the quick_cache setting

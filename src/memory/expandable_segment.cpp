@@ -246,7 +246,7 @@ std::size_t DeviceAllocator::chunk_bytes(bool small) const noexcept {
 std::size_t DeviceAllocator::chunk_for(bool small, std::size_t pool_bytes) const noexcept {
   // The chunk new mappings of a pool of pool_bytes use (expandable_segment.hpp): the largest
   // power-of-two multiple of the unit <= the footprint slack pool_bytes / slack_div, at most
-  // kMaxChunk; pools under kGrowChunksFrom keep the unit.
+  // expandable_segments_max_chunk_mb; pools under kGrowChunksFrom keep the unit.
   std::size_t c = chunk_bytes(small);
   if (small || pool_bytes < kGrowChunksFrom) return c;
   const std::size_t slack = pool_bytes / cfg_.expandable_slack_div;
@@ -401,8 +401,7 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
                                 : 0;
   // The chunk of new mappings follows the pool's size once this allocation is in (so the
   // first big allocation of a pool already uses big chunks).
-  const std::size_t pool_bytes =
-      stats_.reserved_bytes(pool.is_small) + need;
+  const std::size_t pool_bytes = stats_.reserved_bytes(pool.is_small) + need;
   const std::size_t max_chunk = chunk_for(pool.is_small, pool_bytes);
   if (may_move && best != 0) {
     if (reserved_now + need > budget) {
@@ -486,14 +485,15 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
     bytes = std::min(b->size, bytes + extra);
   }
   auto& spares = es.small ? spare_small_ : spare_large_;
+  // The memory-fraction limit's room for new chunks (spares are reserved already). map()
+  // keeps to it exactly; `fresh`, the least that must be created, rejects early, and near
+  // the limit unit chunks are planned at once (a big last chunk could round past it).
+  const std::size_t max_new = limit_room();
   std::size_t spare_total = 0;
   for (const ExpandableSegment::Spare& sp : spares) spare_total += sp.bytes;
-  // Spares are reserved already; only new chunks count against the limit (an estimate: the
-  // last chunk may round past `bytes`).
   const std::size_t fresh = bytes > spare_total ? bytes - spare_total : 0;
-  if (fresh && would_exceed_limit(fresh)) return false;
-  // Near the memory-fraction limit, unit chunks: a big last chunk could round past it.
-  if (max_chunk > unit && would_exceed_limit(fresh + max_chunk)) max_chunk = unit;
+  if (fresh > max_new) return false;
+  if (max_chunk > unit && fresh + max_chunk > max_new) max_chunk = unit;
   std::size_t from_spares = 0;
   // The last chunk may round up past `bytes`, but only into the room the footprint budget
   // leaves (`ahead`): rounding past the budget made kv_generate 1.065 (64 MiB chunks); within
@@ -501,10 +501,8 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   const std::uintptr_t lim =
       std::min(b->ptr + b->size, b->ptr + std::max(bytes, (size + unit - 1) / unit * unit +
                                                               ahead / unit * unit));
-  // New chunks stay within the limit whatever the spares (a spare bigger than a place's
-  // alignment allows cannot fill it, so spare_total above is only an estimate).
-  const std::size_t reserved = stats_.reserved_bytes();
-  const std::size_t max_new = reserved >= limit_ ? 0 : limit_ - reserved;
+  // (A spare bigger than a place's alignment allows cannot fill it: spare_total is only an
+  // estimate, so map() checks the room itself.)
   std::uintptr_t end =
       es.map(b->ptr, bytes, lim, max_chunk, max_new, spares, vm_calls_, &from_spares);
   // Out of device memory (or limit room) with big chunks: unit chunks may still fit (and

@@ -8,18 +8,19 @@
 // (default 4 = 8 MiB). The small pool maps one unit per chunk; the large pool's chunk grows
 // with the pool (DeviceAllocator::chunk_for): the largest power-of-two multiple of the unit
 // that is <= the pool's footprint slack (its size / expandable_segments_slack_div), at most
-// expandable_segments_max_chunk_mb (default 32 MiB), so pools under 512 MiB keep 8 MiB chunks. Why: every chunk costs a create, a map
-// and (later) an unmap and a destroy, and a chunk-per-8-MiB layout made 10-25x torch's
-// device calls on the recorded traces; a chunk no bigger than the slack keeps what bigger
-// chunks cost (a free hole smaller than a chunk cannot be unmapped) within the footprint
+// expandable_segments_max_chunk_mb (default 32 MiB), so pools under 512 MiB keep 8 MiB
+// chunks. Why: every chunk costs a create, a map and (later) an unmap and a destroy, and a
+// chunk-per-8-MiB layout made 10-25x torch's device calls on the recorded traces; a chunk no
+// bigger than the slack keeps what bigger chunks cost (a free hole smaller than a chunk cannot be unmapped) within the footprint
 // budget for one hole. Many holes are not bounded by it: a chunk holding one small live block
 // stays mapped whole (the driver maps a physical allocation whole, offset 0), so a 4 GiB
 // block mapped in 128 MiB chunks and then reused as 4 MiB blocks, one in 32 kept, pinned all
 // 4 GiB through empty_cache (review of the first version, test
 // ExpandableSegmentsBigChunksPinBoundedMemory). Hence the 32 MiB cap: the traces' driver
 // calls stay those of 128 MiB chunks but on varbatch_train (1425 against 995; 3888 with 8 MiB
-// chunks), and one live block pins at most 32 MiB (torch's large page: 20 MiB). Natural alignment keeps the page table simple (a chunk's head is its unit index
-// rounded down to its length) and lets a smaller chunk always fill a bigger one's place.
+// chunks), and one live block pins at most 32 MiB (torch's large page: 20 MiB). Natural
+// alignment keeps the page table simple (a chunk's head is its unit index rounded down to
+// its length) and lets a smaller chunk always fill a bigger one's place.
 // Chunks of one size are interchangeable: a chunk unmapped in one place is mapped again
 // somewhere else without a release + create (DeviceAllocator keeps such "spare" handles, with
 // their sizes, for the allocation that asked for the pages to move).
@@ -79,8 +80,8 @@ struct ExpandableSegment {
 
   // A physical chunk taken out of the page table, to be unmapped (and destroyed or reused).
   struct DetachedChunk {
-    std::uintptr_t va = 0;  // bytes: the chunk's own size (chunks differ in size)
-    std::size_t bytes = 0;
+    std::uintptr_t va = 0;
+    std::size_t bytes = 0;  // the chunk's own size (chunks differ in size)
     detail::PhysMemHandle handle = 0;
     int fd = -1;  // exported descriptor (closed by unmap; the chunk must then be destroyed)
   };

@@ -372,9 +372,11 @@ std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
       if (skip) {
         skip = 0;  // the oldest entry kept is the pair's free_completed
       } else {
-        out.push_back(TraceEntry{"free_requested", sl.addr, sl.size, sl.stream, t, ctx});
+        out.push_back(TraceEntry{action_name(kActionFreeRequested), sl.addr, sl.size, sl.stream,
+                                 t, ctx});
       }
-      out.push_back(TraceEntry{"free_completed", sl.addr, sl.size, sl.stream, t, std::move(ctx)});
+      out.push_back(TraceEntry{action_name(kActionFreeCompleted), sl.addr, sl.size, sl.stream, t,
+                               std::move(ctx)});
       continue;
     }
     if (skip) {
