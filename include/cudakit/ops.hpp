@@ -2,6 +2,13 @@
 // current stream of their device (CUDA kernels on the cuda backend, host tasks on the
 // emulated backend); host tensors run synchronously on the calling thread.
 //
+// Scalar operands (the `const Scalar&` overloads) are kernel arguments, as in torch: the
+// number is converted to the op's compute type (float for float16/bfloat16) and passed by
+// value to the kernel, with no allocation, no copy and no synchronisation, so these ops can
+// be captured in a CUDA graph. A number that does not fit the compute type is a
+// cudakit::Error, as torch ("value cannot be converted to type uint8_t without overflow";
+// negative integers wrap for unsigned types down to -max).
+//
 // Type promotion follows torch (result_type): dimensioned tensors outrank 0-d tensors,
 // which outrank Python-style scalars, except when a lower-ranked operand is of a higher
 // category (bool < integer < floating < complex). Division is true division (integers
@@ -60,6 +67,10 @@ Tensor& add_(Tensor& a, const Tensor& b);
 Tensor& sub_(Tensor& a, const Tensor& b);
 Tensor& mul_(Tensor& a, const Tensor& b);
 Tensor& div_(Tensor& a, const Tensor& b);
+Tensor& add_(Tensor& a, const Scalar& b);
+Tensor& sub_(Tensor& a, const Scalar& b);
+Tensor& mul_(Tensor& a, const Scalar& b);
+Tensor& div_(Tensor& a, const Scalar& b);
 
 // Sum of all elements as a 0-d tensor (integers and bool sum to int64), or over `dim`.
 Tensor sum(const Tensor& a);

@@ -339,8 +339,11 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
         const Arg a{"Tensor.fill_", "value"};
         if (auto s = as_scalar(v, a)) return t.fill_(*s);
         if (!py::isinstance<Tensor>(v)) throw_type(a, "a number or a one-element Tensor", v);
-        const Scalar s = item_nogil(v.cast<const Tensor&>());
-        return t.fill_(s);
+        const Tensor& src = v.cast<const Tensor&>();
+        // A device value on self's device is broadcast by a copy kernel, as torch does: reading
+        // it with item() would wait for the device.
+        if (src.numel() == 1 && src.is_cuda() && src.device() == t.device()) return t.copy_(src.reshape({}));
+        return t.fill_(item_nogil(src));
       }, py::return_value_policy::reference_internal)
       .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
       .def("uniform_", [](Tensor& t, py::handle from, py::handle to, py::handle gen) -> Tensor& {
@@ -412,9 +415,13 @@ from_dlpack), __cuda_array_interface__ and NumPy. Hashable by identity, as torch
   CK_METHOD("ge", "Tensor.ge", ge(x, y), ge(x, s));
 #undef CK_METHOD
 
-  // In-place arithmetic: the operand becomes a tensor on self's device (scalars included).
+  // In-place arithmetic. A number is a kernel argument (no tensor is made for it, nothing
+  // is copied or synchronised: `x += 1` can be captured in a graph); any other array-like
+  // becomes a tensor on self's device.
 #define CK_INPLACE(pyname, fn_name, FN)                                                               \
   cls.def(pyname, [](Tensor& a, py::handle b) -> Tensor& {                                            \
+    if (py::isinstance<Tensor>(b)) return FN(a, b.cast<const Tensor&>());                             \
+    if (auto s = as_scalar(b, Arg{fn_name, "other"})) return FN(a, *s);                               \
     return FN(a, other_tensor(a, b, Arg{fn_name, "other"}));                                         \
   }, py::return_value_policy::reference_internal)
   CK_INPLACE("__iadd__", "Tensor.__iadd__", add_);

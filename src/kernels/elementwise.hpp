@@ -86,15 +86,64 @@ struct OffsetCalc {
   }
 };
 
+// A scalar operand of a binary op, held in the op's compute type (compute_type<T>: float
+// for half/bfloat16, as torch's opmath), so a Python number travels inside the kernel's
+// argument block: no device memory, no copy, nothing a graph capture has to record.
+union ScalarValue {
+  bool b;
+  std::uint8_t u8;
+  std::int8_t i8;
+  std::int16_t i16;
+  std::int32_t i32;
+  std::int64_t i64;
+  float f32;
+  double f64;
+  Complex64 c64;
+  Complex128 c128;
+};
+
+template <class C>
+CK_HD C scalar_get(const ScalarValue& v) {
+  if constexpr (std::is_same_v<C, bool>) return v.b;
+  else if constexpr (std::is_same_v<C, std::uint8_t>) return v.u8;
+  else if constexpr (std::is_same_v<C, std::int8_t>) return v.i8;
+  else if constexpr (std::is_same_v<C, std::int16_t>) return v.i16;
+  else if constexpr (std::is_same_v<C, std::int32_t>) return v.i32;
+  else if constexpr (std::is_same_v<C, std::int64_t>) return v.i64;
+  else if constexpr (std::is_same_v<C, float>) return v.f32;
+  else if constexpr (std::is_same_v<C, double>) return v.f64;
+  else if constexpr (std::is_same_v<C, Complex64>) return v.c64;
+  else return v.c128;
+}
+
+template <class C>
+CK_HD void scalar_set(ScalarValue& v, C x) {
+  if constexpr (std::is_same_v<C, bool>) v.b = x;
+  else if constexpr (std::is_same_v<C, std::uint8_t>) v.u8 = x;
+  else if constexpr (std::is_same_v<C, std::int8_t>) v.i8 = x;
+  else if constexpr (std::is_same_v<C, std::int16_t>) v.i16 = x;
+  else if constexpr (std::is_same_v<C, std::int32_t>) v.i32 = x;
+  else if constexpr (std::is_same_v<C, std::int64_t>) v.i64 = x;
+  else if constexpr (std::is_same_v<C, float>) v.f32 = x;
+  else if constexpr (std::is_same_v<C, double>) v.f64 = x;
+  else if constexpr (std::is_same_v<C, Complex64>) v.c64 = x;
+  else v.c128 = x;
+}
+
+// Which operand of a BinaryArgs is the scalar `value` (the other one is the tensor `a`).
+enum ScalarOperand : int { kNoScalar = 0, kScalarOther, kScalarSelf };
+
 // Kernel/executor argument blocks (plain structs: passed by value to kernels).
 struct BinaryArgs {
   void* out;
   const void* a;
-  const void* b;
+  const void* b;  // unused when `scalar` is set
   std::int64_t n;
   int op;
-  int contiguous;  // all three contiguous and same shape: index directly
-  OffsetCalc<3> calc;  // [0]=out, [1]=a, [2]=b
+  int contiguous;  // all operands contiguous and same shape: index directly
+  int scalar;      // ScalarOperand: kScalarOther computes op(a, value), kScalarSelf op(value, a)
+  ScalarValue value;
+  OffsetCalc<3> calc;  // [0]=out, [1]=a, [2]=b ([2] unused with a scalar)
 };
 
 struct UnaryArgs {
@@ -114,6 +163,24 @@ struct CastArgs {  // strided copy with dtype conversion: out (dst dtype) <- a (
   int contiguous;
   OffsetCalc<2> calc;
 };
+
+struct ArangeArgs {  // out[k] = start + k * step (contiguous), exact in int64 or float64
+  void* out;
+  std::int64_t n;
+  int integral;  // 1: start_i/step_i in wrapping int64 arithmetic, 0: start_d/step_d in double
+  std::int64_t start_i, step_i;
+  double start_d, step_d;
+};
+
+// Element k of arange in storage type T: computed in int64 (wrapping, no UB) or double, then
+// converted, so host and device give the same values.
+template <class T>
+CK_HD T arange_value(const ArangeArgs& a, std::int64_t k) {
+  if (a.integral)
+    return convert<T>(static_cast<std::int64_t>(static_cast<std::uint64_t>(a.start_i) +
+                                                static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(a.step_i)));
+  return convert<T>(a.start_d + static_cast<double>(k) * a.step_d);
+}
 
 struct FillArgs {  // writes `value` (bytes of one element) everywhere
   void* out;

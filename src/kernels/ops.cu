@@ -28,9 +28,52 @@ __device__ __forceinline__ std::int64_t gstride() {
   return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
 }
 
+// out = f(x) over the tensor operand of a BinaryArgs whose other operand is its scalar
+// `value`: the same 16-byte vector fast path as two-tensor arithmetic, one load per element.
+template <class TO, class TI, int V, class F>
+__device__ void map_a(const BinaryArgs& a, F f) {
+  TO* out = static_cast<TO*>(a.out);
+  const TI* x = static_cast<const TI*>(a.a);
+  if (a.contiguous) {
+    std::int64_t i0 = 0;
+    if (V > 1 && aligned16(out) && aligned16(x)) {
+      std::int64_t nv = a.n / V;
+      for (std::int64_t i = gtid(); i < nv; i += gstride()) {
+        Vec<TI, V> vx = reinterpret_cast<const Vec<TI, V>*>(x)[i];
+        Vec<TO, V> vo;
+#pragma unroll
+        for (int k = 0; k < V; ++k) vo.v[k] = f(vx.v[k]);
+        reinterpret_cast<Vec<TO, V>*>(out)[i] = vo;
+      }
+      i0 = nv * V;
+    }
+    for (std::int64_t i = i0 + gtid(); i < a.n; i += gstride()) out[i] = f(x[i]);
+    return;
+  }
+  std::int64_t off[3];
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
+    a.calc.get(i, off);
+    out[off[0]] = f(x[off[1]]);
+  }
+}
+
+// f(x, s) or f(s, x) with the scalar operand s read once from the argument block.
+template <class TO, class T, int V, class F>
+__device__ void scalar_kernel(const BinaryArgs& a, F f) {
+  using C = compute_type<T>;
+  const C s = scalar_get<C>(a.value);
+  if (a.scalar == kScalarOther) map_a<TO, T, V>(a, [&](T x) { return f(load_c(x), s); });
+  else map_a<TO, T, V>(a, [&](T x) { return f(s, load_c(x)); });
+}
+
 template <class T>
 __device__ void binary_kernel(const BinaryArgs& a) {
   using C = compute_type<T>;
+  if (a.scalar != kNoScalar) {
+    const int op = a.op;
+    scalar_kernel<T, T, kVecWidth<T>>(a, [op](C x, C y) { return store_c<T>(binary_apply<C>(op, x, y)); });
+    return;
+  }
   T* out = static_cast<T*>(a.out);
   const T* x = static_cast<const T*>(a.a);
   const T* y = static_cast<const T*>(a.b);
@@ -95,24 +138,33 @@ __device__ void unary_kernel(const UnaryArgs& a) {
 template <class T>
 __device__ void compare_kernel(const BinaryArgs& a) {
   using C = compute_type<T>;
+  const int op = a.op;
+  if (a.scalar != kNoScalar) {
+    scalar_kernel<bool, T, 1>(a, [op](C x, C y) { return compare_apply<C>(op, x, y); });
+    return;
+  }
   bool* out = static_cast<bool*>(a.out);
   const T* x = static_cast<const T*>(a.a);
   const T* y = static_cast<const T*>(a.b);
   if (a.contiguous) {
     for (std::int64_t i = gtid(); i < a.n; i += gstride())
-      out[i] = compare_apply<C>(a.op, load_c(x[i]), load_c(y[i]));
+      out[i] = compare_apply<C>(op, load_c(x[i]), load_c(y[i]));
     return;
   }
   std::int64_t off[3];
   for (std::int64_t i = gtid(); i < a.n; i += gstride()) {
     a.calc.get(i, off);
-    out[off[0]] = compare_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]]));
+    out[off[0]] = compare_apply<C>(op, load_c(x[off[1]]), load_c(y[off[2]]));
   }
 }
 
 template <class T>
 __device__ void pow_kernel(const BinaryArgs& a) {
   using C = compute_type<T>;
+  if (a.scalar != kNoScalar) {
+    scalar_kernel<T, T, 1>(a, [](C x, C y) { return store_c<T>(pow_apply<C>(x, y)); });
+    return;
+  }
   T* out = static_cast<T*>(a.out);
   const T* x = static_cast<const T*>(a.a);
   const T* y = static_cast<const T*>(a.b);
@@ -126,6 +178,12 @@ __device__ void pow_kernel(const BinaryArgs& a) {
     a.calc.get(i, off);
     out[off[0]] = store_c<T>(pow_apply<C>(load_c(x[off[1]]), load_c(y[off[2]])));
   }
+}
+
+template <class T>
+__device__ void arange_kernel(const ArangeArgs& a) {
+  T* out = static_cast<T*>(a.out);
+  for (std::int64_t i = gtid(); i < a.n; i += gstride()) out[i] = arange_value<T>(a, i);
 }
 
 __device__ __forceinline__ int code_size(int code) {
@@ -344,6 +402,7 @@ __device__ void cast_contig(void* out, const void* x, std::int64_t n) {
   extern "C" __global__ void __launch_bounds__(256) ck_cast_##sfx(CastArgs a) { cast_kernel<T>(a); }       \
   extern "C" __global__ void __launch_bounds__(256) ck_compare_##sfx(BinaryArgs a) { compare_kernel<T>(a); } \
   extern "C" __global__ void __launch_bounds__(256) ck_pow_##sfx(BinaryArgs a) { pow_kernel<T>(a); }       \
+  extern "C" __global__ void __launch_bounds__(256) ck_arange_##sfx(ArangeArgs a) { arange_kernel<T>(a); } \
   extern "C" __global__ void __launch_bounds__(256) ck_sum_partial_##sfx(                       \
       const void* in, OffsetCalc<1> calc, std::int64_t n, void* partials) {                     \
     sum_partial<T>(in, calc, n, partials);                                                       \

@@ -146,7 +146,7 @@ Tensor& Tensor::fill_(const Scalar& value) {
   args.out = data_ptr();
   args.n = numel();
   args.contiguous = is_contiguous();
-  scalar_to_bytes(value, dtype_, args.value);
+  scalar_to_bytes(value, dtype_, args.value, "fill_");
   args.calc = make_calc<1>(sizes_, {&strides_});
   if (args.n == 0) return *this;
   Device d = device();

@@ -9,23 +9,58 @@
 
 namespace cudakit::ops {
 
+namespace {
+// out = f(x) over the tensor operand `a` (its offsets are calc's [0] and [1]).
+template <class TO, class TI, class F>
+void map_a(const BinaryArgs& a, F f) {
+  auto* out = static_cast<TO*>(a.out);
+  auto* x = static_cast<const TI*>(a.a);
+  if (a.contiguous) {
+    for (std::int64_t i = 0; i < a.n; ++i) out[i] = f(x[i]);
+    return;
+  }
+  std::int64_t off[3];
+  for (std::int64_t i = 0; i < a.n; ++i) {
+    a.calc.get(i, off);
+    out[off[0]] = f(x[off[1]]);
+  }
+}
+
+template <class TO, class TI, class F>
+void map_ab(const BinaryArgs& a, F f) {
+  auto* out = static_cast<TO*>(a.out);
+  auto* x = static_cast<const TI*>(a.a);
+  auto* y = static_cast<const TI*>(a.b);
+  if (a.contiguous) {
+    for (std::int64_t i = 0; i < a.n; ++i) out[i] = f(x[i], y[i]);
+    return;
+  }
+  std::int64_t off[3];
+  for (std::int64_t i = 0; i < a.n; ++i) {
+    a.calc.get(i, off);
+    out[off[0]] = f(x[off[1]], y[off[2]]);
+  }
+}
+
+// out = f(x, y) in the compute type C of T, where one of x, y may be the scalar operand.
+template <class TO, class T, class F>
+void binary_loop(const BinaryArgs& a, F f) {
+  using C = compute_type<T>;
+  if (a.scalar == kNoScalar) {
+    map_ab<TO, T>(a, [&](T x, T y) { return f(load_c(x), load_c(y)); });
+    return;
+  }
+  const C s = scalar_get<C>(a.value);
+  if (a.scalar == kScalarOther) map_a<TO, T>(a, [&](T x) { return f(load_c(x), s); });
+  else map_a<TO, T>(a, [&](T x) { return f(s, load_c(x)); });
+}
+}  // namespace
+
 void cpu_binary(const BinaryArgs& a, int dtype) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_type<T>;
-    auto* out = static_cast<T*>(a.out);
-    auto* x = static_cast<const T*>(a.a);
-    auto* y = static_cast<const T*>(a.b);
-    if (a.contiguous) {
-      for (std::int64_t i = 0; i < a.n; ++i)
-        out[i] = store_c<T>(binary_apply<C>(a.op, load_c(x[i]), load_c(y[i])));
-      return;
-    }
-    std::int64_t off[3];
-    for (std::int64_t i = 0; i < a.n; ++i) {
-      a.calc.get(i, off);
-      out[off[0]] = store_c<T>(binary_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]])));
-    }
+    binary_loop<T, T>(a, [op = a.op](C x, C y) { return store_c<T>(binary_apply<C>(op, x, y)); });
   });
 }
 
@@ -33,14 +68,7 @@ void cpu_compare(const BinaryArgs& a, int dtype) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_type<T>;
-    auto* out = static_cast<bool*>(a.out);
-    auto* x = static_cast<const T*>(a.a);
-    auto* y = static_cast<const T*>(a.b);
-    std::int64_t off[3];
-    for (std::int64_t i = 0; i < a.n; ++i) {
-      if (a.contiguous) off[0] = off[1] = off[2] = i; else a.calc.get(i, off);
-      out[off[0]] = compare_apply<C>(a.op, load_c(x[off[1]]), load_c(y[off[2]]));
-    }
+    binary_loop<bool, T>(a, [op = a.op](C x, C y) { return compare_apply<C>(op, x, y); });
   });
 }
 
@@ -48,14 +76,15 @@ void cpu_pow(const BinaryArgs& a, int dtype) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_type<T>;
+    binary_loop<T, T>(a, [](C x, C y) { return store_c<T>(pow_apply<C>(x, y)); });
+  });
+}
+
+void cpu_arange(const ArangeArgs& a, int dtype) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
     auto* out = static_cast<T*>(a.out);
-    auto* x = static_cast<const T*>(a.a);
-    auto* y = static_cast<const T*>(a.b);
-    std::int64_t off[3];
-    for (std::int64_t i = 0; i < a.n; ++i) {
-      if (a.contiguous) off[0] = off[1] = off[2] = i; else a.calc.get(i, off);
-      out[off[0]] = store_c<T>(pow_apply<C>(load_c(x[off[1]]), load_c(y[off[2]])));
-    }
+    for (std::int64_t i = 0; i < a.n; ++i) out[i] = arange_value<T>(a, i);
   });
 }
 

@@ -23,7 +23,7 @@ constexpr int kNormalBlocksPerSm = 4;  // = __launch_bounds__ of ck_normal_f32 (
 // Kernel slots: one per (family, dtype[, src dtype]).
 constexpr int kTypes = 12;
 // kCastC stays last: it takes kTypes * kTypes slots (one per dtype pair).
-enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCompare, kPow, kCastC, kFamilies };
+enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCompare, kPow, kArange, kCastC, kFamilies };
 constexpr int kSlots = kCastC * kTypes + kTypes * kTypes;
 
 struct HandleTable {
@@ -98,6 +98,12 @@ void cuda_compare(int device, detail::StreamHandle s, const BinaryArgs& a, int d
 void cuda_pow(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype) {
   auto f = kernel(device, KernelModule::ops, kPow * kTypes + dtype,
                   [&] { return std::string("ck_pow_") + dtype_suffix(dtype); });
+  launch(device, s, f, a.n, a);
+}
+
+void cuda_arange(int device, detail::StreamHandle s, const ArangeArgs& a, int dtype) {
+  auto f = kernel(device, KernelModule::ops, kArange * kTypes + dtype,
+                  [&] { return std::string("ck_arange_") + dtype_suffix(dtype); });
   launch(device, s, f, a.n, a);
 }
 

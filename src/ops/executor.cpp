@@ -1,11 +1,15 @@
 #include "ops/executor.hpp"
 
+#include <cmath>
+#include <complex>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
+#include "ops/dispatch.hpp"
 
 namespace cudakit::ops {
 
@@ -83,34 +87,109 @@ template OffsetCalc<3> make_calc<3>(const Shape&, const std::array<const Shape*,
 // The jiterator's up to 8 outputs + 8 inputs (unused slots repeat an operand).
 template OffsetCalc<16> make_calc<16>(const Shape&, const std::array<const Shape*, 16>&);
 
+namespace {
+// torch's overflow rule for converting a Scalar to an element type (c10's checked_convert):
+// nothing overflows bool; integers must fit, except that an unsigned type also takes
+// negative integers down to -max, which wrap (so `u8 - 1` is `u8 + 255`); floats must lie in
+// the type's finite range unless infinite (a NaN or an infinity overflows an integer type);
+// a complex value overflows a real type when its imaginary part is nonzero.
 template <class D>
-static void put(const Scalar& v, unsigned char out[16]) {
-  D d;
-  switch (v.kind) {
-    case Scalar::Kind::boolean:
-    case Scalar::Kind::integer: d = convert<D>(v.i); break;
-    case Scalar::Kind::floating: d = convert<D>(v.d); break;
-    default: d = convert<D>(Complex128{v.c.real(), v.c.imag()}); break;
-  }
-  std::memcpy(out, &d, sizeof(D));
+struct Limits;
+#define CK_LIMITS(T, LO, HI, INTEGRAL, NAME) \
+  template <> struct Limits<T> { static constexpr double lo = LO, hi = HI; static constexpr bool integral = INTEGRAL; static constexpr const char* name = NAME; };
+CK_LIMITS(std::uint8_t, 0, 255, true, "uint8_t")
+CK_LIMITS(std::int8_t, -128, 127, true, "int8_t")
+CK_LIMITS(std::int16_t, -32768, 32767, true, "int16_t")
+CK_LIMITS(std::int32_t, -2147483648.0, 2147483647.0, true, "int")
+CK_LIMITS(std::int64_t, -9223372036854775808.0, 9223372036854775807.0, true, "int64_t")
+CK_LIMITS(Half, -65504.0, 65504.0, false, "at::Half")
+CK_LIMITS(BFloat16, -3.3895313892515355e38, 3.3895313892515355e38, false, "at::BFloat16")
+CK_LIMITS(float, -3.4028234663852886e38, 3.4028234663852886e38, false, "float")
+CK_LIMITS(double, -1.7976931348623157e308, 1.7976931348623157e308, false, "double")
+#undef CK_LIMITS
+
+template <class R>
+bool real_overflows(double v) {
+  using L = Limits<R>;
+  if (v != v) return L::integral;                  // NaN: no integer holds it
+  if (std::isinf(v)) return L::integral;           // +-inf fits a float type only
+  if constexpr (std::is_same_v<R, std::int64_t>) return v < L::lo || v >= 9223372036854775808.0;
+  return v < L::lo || v > L::hi;
 }
 
-void scalar_to_bytes(const Scalar& v, DType t, unsigned char out[16]) {
-  std::memset(out, 0, 16);
-  switch (t) {
-    case DType::bool_: put<bool>(v, out); break;
-    case DType::uint8: put<std::uint8_t>(v, out); break;
-    case DType::int8: put<std::int8_t>(v, out); break;
-    case DType::int16: put<std::int16_t>(v, out); break;
-    case DType::int32: put<std::int32_t>(v, out); break;
-    case DType::int64: put<std::int64_t>(v, out); break;
-    case DType::float16: put<Half>(v, out); break;
-    case DType::bfloat16: put<BFloat16>(v, out); break;
-    case DType::float32: put<float>(v, out); break;
-    case DType::float64: put<double>(v, out); break;
-    case DType::complex64: put<Complex64>(v, out); break;
-    case DType::complex128: put<Complex128>(v, out); break;
+template <class D>
+bool overflows(const Scalar& v) {
+  if constexpr (std::is_same_v<D, bool>) {
+    return false;
+  } else if constexpr (is_complex_t<D>::value) {
+    using R = decltype(D{}.re);
+    if (v.kind == Scalar::Kind::integer || v.kind == Scalar::Kind::boolean) return false;
+    const std::complex<double> c = v.kind == Scalar::Kind::complex ? v.c : std::complex<double>(v.d, 0);
+    return real_overflows<R>(c.real()) || real_overflows<R>(c.imag());
+  } else {
+    using L = Limits<D>;
+    switch (v.kind) {
+      case Scalar::Kind::boolean: return false;
+      case Scalar::Kind::integer:
+        if constexpr (L::integral) {
+          if constexpr (std::is_same_v<D, std::int64_t>) return false;
+          if (L::lo == 0 && v.i < 0) return -static_cast<double>(v.i) > L::hi;  // wraps
+          return static_cast<double>(v.i) < L::lo || static_cast<double>(v.i) > L::hi;
+        } else {
+          return static_cast<double>(v.i) < L::lo || static_cast<double>(v.i) > L::hi;
+        }
+      case Scalar::Kind::floating: return real_overflows<D>(v.d);
+      default: return v.c.imag() != 0 || real_overflows<D>(v.c.real());
+    }
   }
+}
+
+std::string scalar_str(const Scalar& v) {
+  char buf[96];
+  switch (v.kind) {
+    case Scalar::Kind::boolean: return v.i ? "True" : "False";
+    case Scalar::Kind::integer: return std::to_string(v.i);
+    case Scalar::Kind::floating: std::snprintf(buf, sizeof buf, "%.17g", v.d); return buf;
+    default: std::snprintf(buf, sizeof buf, "(%.17g%+.17gj)", v.c.real(), v.c.imag()); return buf;
+  }
+}
+
+template <class D>
+D checked(const Scalar& v, DType t, const char* op) {
+  if (overflows<D>(v)) [[unlikely]] {
+    std::string name;
+    if constexpr (std::is_same_v<D, Complex64>) name = "c10::complex<float>";
+    else if constexpr (std::is_same_v<D, Complex128>) name = "c10::complex<double>";
+    else if constexpr (!std::is_same_v<D, bool>) name = Limits<D>::name;
+    throw Error(std::string(op) + ": value " + scalar_str(v) + " cannot be converted to type " + name +
+                " without overflow (the op computes in " + dtype_name(t) +
+                "); use a value in that type's range or a wider dtype (e.g. .to(cudakit.int64))");
+  }
+  switch (v.kind) {
+    case Scalar::Kind::boolean:
+    case Scalar::Kind::integer: return convert<D>(v.i);
+    case Scalar::Kind::floating: return convert<D>(v.d);
+    default: return convert<D>(Complex128{v.c.real(), v.c.imag()});
+  }
+}
+}  // namespace
+
+void scalar_to_bytes(const Scalar& v, DType t, unsigned char out[16], const char* op) {
+  std::memset(out, 0, 16);
+  dispatch_dtype(code(t), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T d = checked<T>(v, t, op);
+    std::memcpy(out, &d, sizeof(T));
+  });
+}
+
+void scalar_operand(const Scalar& v, DType t, ScalarValue& out, const char* op) {
+  dispatch_dtype(code(t), [&](auto tag) {
+    using C = compute_type<typename decltype(tag)::type>;
+    // half/bfloat16 compute in float (torch's opmath): the scalar is checked and kept there.
+    const DType ct = std::is_same_v<C, float> ? DType::float32 : t;
+    scalar_set<C>(out, checked<C>(v, ct, op));
+  });
 }
 
 }  // namespace cudakit::ops

@@ -59,6 +59,7 @@ void cpu_pow(const BinaryArgs& a, int dtype);
 void cpu_unary(const UnaryArgs& a, int dtype);
 void cpu_cast(const CastArgs& a, int dst_dtype);
 void cpu_fill(const FillArgs& a, int elem_size);
+void cpu_arange(const ArangeArgs& a, int dtype);
 // Sums n elements (offsets from calc) of dtype `in_dtype` into *out of `out_dtype`.
 void cpu_sum(const void* in, const OffsetCalc<1>& calc, std::int64_t n, int in_dtype,
              void* out, int out_dtype);
@@ -75,11 +76,17 @@ void cuda_pow(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype
 void cuda_unary(int device, detail::StreamHandle s, const UnaryArgs& a, int dtype);
 void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst_dtype);
 void cuda_fill(int device, detail::StreamHandle s, const FillArgs& a, int elem_size);
+void cuda_arange(int device, detail::StreamHandle s, const ArangeArgs& a, int dtype);
 void cuda_sum(int device, detail::StreamHandle s, const void* in, const OffsetCalc<1>& calc,
               std::int64_t n, int in_dtype, void* out, int out_dtype);
 void cuda_sample(int device, detail::StreamHandle s, const rng::SampleArgs& a);
 
-// Converts a Scalar to the bytes of one element of `t` (for fill and scalar operands).
-void scalar_to_bytes(const Scalar& v, DType t, unsigned char out[16]);
+// Converts a Scalar to the bytes of one element of `t` (fill_, full). `op` names the caller
+// in the error: a value that overflows `t` is a cudakit::Error (RuntimeError, torch's
+// "value cannot be converted to type uint8_t without overflow").
+void scalar_to_bytes(const Scalar& v, DType t, unsigned char out[16], const char* op);
+// The scalar operand of an op computing in dtype `t`, in t's compute type (float for
+// float16/bfloat16), with the same overflow check against the compute type.
+void scalar_operand(const Scalar& v, DType t, ScalarValue& out, const char* op);
 
 }  // namespace cudakit::ops

@@ -28,20 +28,21 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
                      "; move one with .to(device) first");
 }
 
-// A host 0-d tensor next to a device tensor acts as a scalar (as in torch).
-Tensor as_operand(const Tensor& t, const Device& d) {
-  if (t.device() == d || t.dim() != 0 || t.is_cuda()) return t;
-  return t.to(d);
-}
-
 // Which executor function a binary op runs: arithmetic (BinaryOp), a comparison
 // (CompareOp, bool output) or pow.
 enum class Family { arith, compare, pow };
 
-Tensor binary(const Tensor& a0, const Tensor& b0, Family fam, int op, const char* name, DType rt,
+void launch_scalar(const Tensor& ca, const ScalarValue& v, Family fam, int op, const char* name, bool reverse,
+                   DType rt, const Tensor& out, bool out_is_self);
+
+Tensor binary(const Tensor& a, const Tensor& b, Family fam, int op, const char* name, DType rt,
               Tensor* out_opt = nullptr) {
-  Tensor a = as_operand(a0, b0.device()), b = as_operand(b0, a0.device());
-  check_same_device(a, b, name);
+  if (!a.defined() || !b.defined()) throw ValueError(std::string(name) + ": undefined tensor operand");
+  // A host 0-d tensor next to a device tensor acts as a scalar, as in torch: its value is
+  // read on the host (no copy to the device, no synchronisation) and passed by value.
+  const bool b_host = b.dim() == 0 && b.device().is_cpu() && a.is_cuda();
+  const bool a_host = !b_host && !out_opt && a.dim() == 0 && a.device().is_cpu() && b.is_cuda();
+  if (!a_host && !b_host) check_same_device(a, b, name);
   if (fam == Family::arith && op == kSub && a.dtype() == DType::bool_ && b.dtype() == DType::bool_)
     throw ValueError("sub: subtraction with two bool tensors is not supported; use logical ops or cast to an integer dtype");
   if (fam == Family::arith && op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
@@ -51,6 +52,19 @@ Tensor binary(const Tensor& a0, const Tensor& b0, Family fam, int op, const char
   if (fam == Family::pow && rt == DType::bool_)
     throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
   const DType out_t = fam == Family::compare ? DType::bool_ : rt;
+  if (a_host || b_host) {
+    const Tensor& t = a_host ? b : a;
+    ScalarValue v{};
+    scalar_operand((a_host ? a : b).item(), rt, v, name);
+    Tensor cast, made;
+    const Tensor& ct = t.dtype() == rt ? t : (cast = t.to(rt));
+    const Tensor& out = out_opt ? *out_opt : (made = empty(t.sizes(), TensorOptions{out_t, t.device(), false}));
+    if (out_opt && out.sizes() != t.sizes())
+      throw ValueError(std::string(name) + ": output shape " + shape_str(out.sizes()) +
+                       " does not match broadcast shape " + shape_str(t.sizes()));
+    launch_scalar(ct, v, fam, op, name, a_host, rt, out, out_opt != nullptr);
+    return out;
+  }
   Shape shape = broadcast_shapes(a.sizes(), b.sizes());
   Tensor out = out_opt ? *out_opt : empty(shape, TensorOptions{out_t, a.device(), false});
   if (out_opt && out.sizes() != shape)
@@ -92,12 +106,71 @@ Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DTyp
   return binary(a0, b0, Family::arith, op, name, rt, out_opt);
 }
 
-Tensor scalar_tensor(const Scalar& s, DType t, const Device& d) { return full({}, s, TensorOptions{t, d, false}); }
+// A tensor and a Python-style scalar. The scalar is converted to the compute type of the
+// promoted dtype and travels by value in the kernel's argument block (BinaryArgs::value), as
+// torch passes a wrapped number: no host or device tensor, no copy, no synchronisation, so
+// `x += 1` is one kernel launch and records as one kernel node under graph capture.
 
-Tensor binary_scalar(const Tensor& a, const Scalar& s, Family fam, int op, const char* name, bool reverse) {
+// The promoted dtype of op(a, s), after the op's own rules (true division, rejected pairs).
+DType scalar_op_type(const Tensor& a, const Scalar& s, Family fam, int op, const char* name) {
+  if (!a.defined()) throw ValueError(std::string(name) + ": undefined tensor operand");
   DType rt = result_type(a, s);
-  Tensor st = scalar_tensor(s, rt, a.device());
-  return reverse ? binary(st, a, fam, op, name, rt) : binary(a, st, fam, op, name, rt);
+  if (fam == Family::arith && op == kSub && rt == DType::bool_)
+    throw ValueError("sub: subtraction with two bool operands is not supported; use logical ops or cast to an integer dtype");
+  if (fam == Family::arith && op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
+  if (fam == Family::compare && is_complex(rt) && op != kEq && op != kNe)
+    throw ValueError(std::string(name) + " is not supported for complex tensors (" + dtype_name(rt) +
+                     "): complex numbers have no order; compare .real/.abs() values instead");
+  if (fam == Family::pow && rt == DType::bool_)
+    throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
+  return rt;
+}
+
+// Launches op(ca, v) (op(v, ca) when `reverse`) into `out`; ca is in dtype rt, out has ca's
+// shape. Takes references only: the in-place hot path copies no Tensor.
+void launch_scalar(const Tensor& ca, const ScalarValue& v, Family fam, int op, const char* name, bool reverse,
+                   DType rt, const Tensor& out, bool out_is_self) {
+  BinaryArgs args{};
+  args.op = op;
+  args.scalar = reverse ? kScalarSelf : kScalarOther;
+  args.value = v;
+  args.out = out.data_ptr();
+  args.a = ca.data_ptr();
+  args.b = nullptr;
+  args.n = out.numel();
+  args.contiguous = out.is_contiguous() && ca.is_contiguous();
+  // Offsets for (out, a); the third set repeats a's (unused: the scalar has no memory).
+  args.calc = make_calc<3>(ca.sizes(), {&out.strides(), &ca.strides(), &ca.strides()});
+  if (args.n == 0) return;
+  const Device d = ca.device();
+  sanitize(name, d, {{&ca, "self"}}, {{&out, out_is_self ? "self" : nullptr}});
+  const int c = code(rt);
+  if (exec_for(d) == Exec::cuda) {
+    if (fam == Family::arith) cuda_binary(d.index, stream_for(d), args, c);
+    else if (fam == Family::compare) cuda_compare(d.index, stream_for(d), args, c);
+    else cuda_pow(d.index, stream_for(d), args, c);
+  } else {
+    static constexpr const char* kNames[] = {"ck_binary", "ck_compare", "ck_pow"};
+    run_cpu(d, {out.storage(), ca.storage()}, [args, fam, c] {
+      if (fam == Family::arith) cpu_binary(args, c);
+      else if (fam == Family::compare) cpu_compare(args, c);
+      else cpu_pow(args, c);
+    }, kNames[fam == Family::arith ? 0 : fam == Family::compare ? 1 : 2]);
+  }
+}
+
+// `reverse`: op(s, a) instead of op(a, s).
+Tensor binary_scalar(const Tensor& a, const Scalar& s, Family fam, int op, const char* name, bool reverse) {
+  const DType rt = scalar_op_type(a, s, fam, op, name);
+  ScalarValue v{};
+  scalar_operand(s, rt, v, name);  // before anything is allocated: an overflow throws
+  // The tensor operand in the promoted dtype: a cast only when the scalar raised the
+  // category (int tensor + 2.5 -> float32), as torch's computation in the common dtype.
+  Tensor cast;
+  const Tensor& ca = a.dtype() == rt ? a : (cast = a.to(rt));
+  Tensor out = empty(a.sizes(), TensorOptions{fam == Family::compare ? DType::bool_ : rt, a.device(), false});
+  launch_scalar(ca, v, fam, op, name, reverse, rt, out, false);
+  return out;
 }
 
 Tensor binary_scalar(const Tensor& a, const Scalar& s, int op, const char* name, bool reverse) {
@@ -144,6 +217,22 @@ Tensor& inplace(Tensor& a, const Tensor& b, int op, const char* name) {
   } else {
     a.copy_(binary(a, b, op, name, rt));
   }
+  return a;
+}
+
+// In-place with a scalar operand: the result dtype is a's, so the kernel writes into a
+// directly (torch: `x.add_(1)` is one kernel with the number as its argument).
+Tensor& inplace(Tensor& a, const Scalar& s, int op, const char* name) {
+  const DType rt = scalar_op_type(a, s, Family::arith, op, name);
+  if (category(rt) > category(a.dtype()))
+    throw ValueError(std::string(name) + ": result type " + dtype_name(rt) +
+                     " can't be cast to the desired output type " + dtype_name(a.dtype()) +
+                     " (as torch); use the out-of-place op or convert the tensor with .to()");
+  // A wrapped number never widens within a category, so rt == a.dtype() here.
+  if (!a.is_non_overlapping_and_dense()) return a.copy_(binary_scalar(a, s, Family::arith, op, name, false));
+  ScalarValue v{};
+  scalar_operand(s, rt, v, name);
+  launch_scalar(a, v, Family::arith, op, name, false, rt, a, true);
   return a;
 }
 
@@ -206,6 +295,10 @@ Tensor& add_(Tensor& a, const Tensor& b) { return inplace(a, b, kAdd, "add_"); }
 Tensor& sub_(Tensor& a, const Tensor& b) { return inplace(a, b, kSub, "sub_"); }
 Tensor& mul_(Tensor& a, const Tensor& b) { return inplace(a, b, kMul, "mul_"); }
 Tensor& div_(Tensor& a, const Tensor& b) { return inplace(a, b, kDiv, "div_"); }
+Tensor& add_(Tensor& a, const Scalar& b) { return inplace(a, b, kAdd, "add_"); }
+Tensor& sub_(Tensor& a, const Scalar& b) { return inplace(a, b, kSub, "sub_"); }
+Tensor& mul_(Tensor& a, const Scalar& b) { return inplace(a, b, kMul, "mul_"); }
+Tensor& div_(Tensor& a, const Scalar& b) { return inplace(a, b, kDiv, "div_"); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
+#include "ops/executor.hpp"
 #include "tensor/size_math.hpp"
 
 namespace cudakit {
@@ -421,6 +422,8 @@ Tensor empty_strided(const Shape& sizes, const Shape& strides, const TensorOptio
 Tensor zeros(const Shape& s, const TensorOptions& o) { return full(s, Scalar(0), o); }
 Tensor ones(const Shape& s, const TensorOptions& o) { return full(s, Scalar(1), o); }
 Tensor full(const Shape& s, const Scalar& v, const TensorOptions& o) {
+  unsigned char bytes[16];
+  ops::scalar_to_bytes(v, o.dtype, bytes, "full");  // an overflowing value fails before allocating
   Tensor t = empty(s, o);
   t.fill_(v);
   return t;
@@ -474,18 +477,23 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const 
   if (n > static_cast<long double>(INT64_MAX))
     throw ValueError("arange: [" + std::to_string(start.d) + ", " + std::to_string(end.d) + ") with step " +
                      std::to_string(step.d) + " has more than 2**63-1 elements");
-  const auto count = static_cast<std::int64_t>(n);
-  // The result first: an impossible size fails before any staging memory is taken.
-  Tensor r = empty({count}, o);
-  // Values are produced on the host, exactly, in int64 or float64, then cast by the copy.
-  const bool integral = is_integral(o.dtype, true);
-  Tensor h = empty({count}, TensorOptions{integral ? DType::int64 : DType::float64, Device::cpu()});
-  for (std::int64_t k = 0; k < count; ++k) {
-    if (integral) h.data<std::int64_t>()[k] = static_cast<std::int64_t>(
-                      static_cast<std::uint64_t>(start.i) + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(step.i));
-    else h.data<double>()[k] = start.d + static_cast<double>(k) * step.d;
-  }
-  r.copy_(h);
+  Tensor r = empty({static_cast<std::int64_t>(n)}, o);
+  // A kernel writes the values (exact in int64 or float64, then converted): no staging
+  // buffer and no host-to-device copy, so arange neither synchronises nor breaks a capture.
+  ops::ArangeArgs args{};
+  args.out = r.data_ptr();
+  args.n = r.numel();
+  args.integral = is_integral(o.dtype, true) ? 1 : 0;
+  args.start_i = start.i;
+  args.step_i = step.i;
+  args.start_d = start.d;
+  args.step_d = step.d;
+  if (args.n == 0) return r;
+  const Device d = r.device();
+  ops::sanitize("arange", d, {}, {{&r, nullptr}});
+  const int c = ops::code(o.dtype);
+  if (ops::exec_for(d) == ops::Exec::cuda) ops::cuda_arange(d.index, ops::stream_for(d), args, c);
+  else ops::run_cpu(d, {r.storage()}, [args, c] { ops::cpu_arange(args, c); }, "ck_arange");
   return r;
 }
 
