@@ -118,7 +118,11 @@ void* current_solver_handle();
 // Raises AcceleratorError for a non-zero CUresult-numbered code.
 void check_error(int code);
 
-// Sync debug mode: warn or throw on synchronizing calls (torch.cuda semantics).
+// Sync debug mode: warn or throw on synchronizing calls (torch.cuda semantics). Reported, as
+// in torch: Stream.synchronize() and every blocking copy between host and device memory
+// (copy_/to()/cpu() with non_blocking=False, item(), tolist(), NumPy conversion). Not
+// reported, as in torch: synchronize() (the device) and Event.synchronize(). Built-in ops
+// and factories never synchronise (a scalar operand is a kernel argument).
 enum class SyncDebugMode { none = 0, warn = 1, error = 2 };
 void set_sync_debug_mode(SyncDebugMode mode);
 SyncDebugMode get_sync_debug_mode() noexcept;

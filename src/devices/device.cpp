@@ -221,7 +221,8 @@ bool is_tf32_supported() {
 
 void synchronize(int device) {
   device = resolve_device(device);
-  detail::on_synchronizing_call("cudakit::synchronize");
+  // Not a sync-debug report: torch's device_synchronize() (torch.cuda.synchronize) is not
+  // one either, and graph capture calls it on entry.
   DeviceGuard guard(device);
   detail::backend().device_synchronize(device);
   if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_device(device);  // sanitizer

@@ -3,6 +3,7 @@
 
 #include "cudakit/error.hpp"
 #include "cudakit/ops.hpp"
+#include "devices/sync_debug.hpp"
 #include "memory/host_allocator.hpp"
 #include "ops/executor.hpp"
 
@@ -96,6 +97,12 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
     return *this;
   }
   // Different devices (host <-> device, or device <-> device).
+  // A blocking copy from or to host memory waits for the stream: the sync debug mode reports
+  // it before anything is enqueued (torch's memcpy_and_sync does the same). So does a
+  // non-blocking copy into a strided host tensor, which has to wait before it can scatter.
+  if ((dd.is_cpu() || sd.is_cpu()) && (!non_blocking || (dd.is_cpu() && !same_dense_layout(*this, src) && !is_contiguous())))
+    detail::on_synchronizing_call("a blocking copy between host and device memory: copy_/to()/cpu()/item()/numpy() "
+                                  "with non_blocking=False");
   // The copy runs on the current stream of the device side (dst's when both are devices).
   Device cd = dd.is_cuda() ? dd : sd;
   // Every call below that takes `s` resolves a null (legacy default) handle against the
