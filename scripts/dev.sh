@@ -132,6 +132,12 @@ case "$mode" in
     install_deps chromium; build  # chromium: the memory viewer's headless-browser test
     echo "== tests on the emulated backend"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+    # The whole Python suite once more under set_sync_debug_mode("error") (issue 24): an op
+    # that waits for the device where torch does not fails its test. A test's own read-backs
+    # are let through (tests/python/conftest.py). 85 s on 2 cores, so the full suite.
+    echo "== Python suite under set_sync_debug_mode('error')"
+    CUDAKIT_BACKEND=emulated CUDAKIT_TEST_SYNC_DEBUG=error PYTHONPATH="$BUILD_DIR/python" PYTHONDONTWRITEBYTECODE=1 \
+      env -u CUDA_VISIBLE_DEVICES "$PYTHON" -m pytest -x -q -p no:cacheprovider tests/python
     if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
       echo "== ThreadSanitizer: concurrency-heavy tests (fuzz scaled down)"
       sanitize thread "$BUILD_DIR-tsan" "${TSAN_TESTS[@]}"

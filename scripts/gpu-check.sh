@@ -73,6 +73,17 @@ run_suite() {  # backend
   # pytest details (passed/skipped/failed counts)
   local py; py=$(grep -E "(passed|failed).* in [0-9.]+s" "$OUT/test-$be.log" | tail -1)
   [ -n "$py" ] && say "| pytest ($be) | $py | |"
+  if [ "$be" = cuda ]; then
+    # The Python suite again under set_sync_debug_mode("error") (issue 24): any op that
+    # synchronises where torch does not fails its test (tests/python/conftest.py).
+    local ts; ts=$(date +%s)
+    # shellcheck disable=SC2086  # PYTEST_FILES is a list
+    CUDAKIT_BACKEND=$be CUDAKIT_TEST_SYNC_DEBUG=error PYTHONPATH="$BUILD/python" scripts/hang-report.sh "$hang" \
+      "$OUT/hang-$be-syncdebug.txt" "$PY" -m pytest -q -ra -p no:cacheprovider ${PYTEST_FILES:-tests/python} \
+      >> "$OUT/test-$be.log" 2>&1  # appended: OUTDIR stays at 8 files
+    py=$(grep -E "(passed|failed).* in [0-9.]+s" "$OUT/test-$be.log" | tail -1)
+    say "| pytest sync-debug=error ($be) | ${py:-see test-$be.log} | $(( $(date +%s) - ts )) |"
+  fi
 }
 has_step cuda && run_suite cuda
 has_step emulated && run_suite emulated
