@@ -73,6 +73,9 @@ class Generator {
   bool capturing_ = false;
   std::uint64_t intragraph_ = 0;
   Tensor device_offset_;  // int64 0-d tensor on device_, allocated at the first capture
+  // Recorded after device_offset_'s zero fill: replays wait for it on their own stream
+  // (a device-side wait; the host never blocks, so capture works under sync debug "error").
+  std::shared_ptr<Event> offset_ready_;
 };
 
 // Default generator of a device (kCurrentDevice = current) / for host tensors.

@@ -92,14 +92,19 @@ void Generator::capture_prologue() {
   }
   // Allocated outside capture would be ideal; the graphs module calls this before it begins
   // capturing, so this allocation is not part of the graph.
+  std::shared_ptr<Event> ready;
   if (!buf.defined()) {
     buf = zeros({}, TensorOptions{DType::int64, device_});
     // Every replay rewrites this word on its own replay stream (replay_prologue): the zero
     // fill, on this thread's current stream, must be complete before (found by the stream
-    // sanitizer). Once per generator.
-    current_stream(device_.index).sync();
+    // sanitizer). An event the replay stream waits for orders it without blocking the host
+    // (a host sync here broke the first capture under set_sync_debug_mode("error"), and the
+    // graph then replayed the same random numbers every time).
+    ready = std::make_shared<Event>();
+    ready->record(current_stream(device_.index));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (ready) offset_ready_ = std::move(ready);
   device_offset_ = buf;
   capturing_ = true;
   intragraph_ = 0;
@@ -120,13 +125,16 @@ bool Generator::capturing() const {
 void Generator::replay_prologue(std::uint64_t graph_blocks, StreamRef stream) {
   std::uint64_t value;
   Tensor buf;
+  std::shared_ptr<Event> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!device_offset_.defined()) throw Error("replay_prologue(): generator was never captured");
     value = offset_;
     offset_ += graph_blocks;
     buf = device_offset_;
+    ready = offset_ready_;
   }
+  if (ready) stream.wait(*ready);
   StreamGuard guard(stream);
   buf.fill_(Scalar(static_cast<long long>(value)));  // a fill on `stream`, ordered before replay
 }

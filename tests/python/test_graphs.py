@@ -530,3 +530,33 @@ def test_concurrent_thread_local_captures(ck):
     assert not errors, errors
     for i, (_, y) in outs.items():
         assert np.all(vals(y) == i + 1)
+
+
+def test_first_rng_capture_under_sync_debug_error(ck):
+    """The first capture of a generator prepared its device offset with a host stream
+    synchronize; under set_sync_debug_mode("error") that raised inside capture_begin, was
+    swallowed, and the graph replayed the same random numbers every time. A fresh process,
+    so the generator's first capture is this one."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import cudakit as ck
+        ck.set_sync_debug_mode("error")
+        g = ck.CUDAGraph()
+        with ck.graph(g):
+            r = ck.rand(64)
+        draws = []
+        for _ in range(2):
+            g.replay()
+            ck.synchronize()
+            ck.set_sync_debug_mode("default")
+            draws.append(r.tolist())
+            ck.set_sync_debug_mode("error")
+        assert draws[0] != draws[1], "replays repeated the same random numbers"
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
