@@ -53,32 +53,28 @@ void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::f
 template <int N>
 OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& strides) {
   // Innermost first, dropping size-1 dims, merging dims that are contiguous for everyone.
-  std::vector<std::int64_t> sz;
-  std::vector<std::array<std::int64_t, N>> st;
+  // Built in place (no heap: every op calls this on its hot path); dims only ever grow
+  // (a merge changes the last one), so a ninth one means more than 8 for good.
+  OffsetCalc<N> c{};
+  int nd = 0;
   for (std::size_t i = sizes.size(); i-- > 0;) {
     if (sizes[i] == 1) continue;
-    std::array<std::int64_t, N> s{};
-    for (int a = 0; a < N; ++a) s[a] = (*strides[a])[i];
-    if (!sz.empty()) {
+    if (nd > 0) {
       bool merge = true;
-      for (int a = 0; a < N; ++a) merge = merge && s[a] == st.back()[a] * sz.back();
+      for (int a = 0; a < N; ++a) merge = merge && (*strides[a])[i] == c.strides[a][nd - 1] * c.sizes[nd - 1];
       if (merge) {
-        sz.back() *= sizes[i];
+        c.sizes[nd - 1] *= sizes[i];
         continue;
       }
     }
-    sz.push_back(sizes[i]);
-    st.push_back(s);
+    if (nd == 8)
+      throw NotSupportedError("built-in ops support at most 8 non-contiguous dimensions (got more in shape " +
+                              shape_str(sizes) + "); call .contiguous() first");
+    c.sizes[nd] = sizes[i];
+    for (int a = 0; a < N; ++a) c.strides[a][nd] = (*strides[a])[i];
+    ++nd;
   }
-  if (sz.size() > 8)
-    throw NotSupportedError("built-in ops support at most 8 non-contiguous dimensions (got " +
-                            std::to_string(sz.size()) + "); call .contiguous() first");
-  OffsetCalc<N> c{};
-  c.ndim = static_cast<int>(sz.size());
-  for (int d = 0; d < c.ndim; ++d) {
-    c.sizes[d] = sz[d];
-    for (int a = 0; a < N; ++a) c.strides[a][d] = st[d][a];
-  }
+  c.ndim = nd;
   return c;
 }
 template OffsetCalc<1> make_calc<1>(const Shape&, const std::array<const Shape*, 1>&);

@@ -167,3 +167,33 @@ TEST(TensorOps, FillAllDtypesAndItem) {
   Tensor big = full({3}, Scalar(static_cast<long long>(9007199254740993LL)), TensorOptions{DType::int64, Device::cuda(0)});
   EXPECT_EQ(big.select(0, 2).item().i, 9007199254740993LL);  // int64 exact
 }
+
+// Scalar operands are kernel arguments (issue 24): in-place and out-of-place, on the host and
+// on an emulated device, with torch's overflow errors.
+TEST(TensorOps, ScalarOperandsInPlaceAndOverflow) {
+  std::vector<Device> devices{Device::cpu()};
+  if (have_device()) devices.push_back(Device::cuda(0));
+  for (const Device& d : devices) {
+    Tensor x = zeros({4}, TensorOptions{DType::float32, d});
+    add_(x, Scalar(1));
+    mul_(x, Scalar(3));
+    sub_(x, Scalar(0.5));
+    div_(x, Scalar(2));
+    EXPECT_EQ(to_vec(x), (std::vector<double>(4, 1.25)));
+    EXPECT_EQ(to_vec(rsub(x, Scalar(2))), (std::vector<double>(4, 0.75)));
+    EXPECT_EQ(to_vec(pow(Scalar(2), x.to(DType::int32))), (std::vector<double>(4, 2.0)));
+    Tensor u = zeros({2}, TensorOptions{DType::uint8, d});
+    sub_(u, Scalar(1));  // negative integers wrap for unsigned types, as torch
+    EXPECT_EQ(to_vec(u), (std::vector<double>{255, 255}));
+    EXPECT_THROW(add_(u, Scalar(300)), Error);
+    EXPECT_EQ(to_vec(u), (std::vector<double>{255, 255}));  // state intact
+    EXPECT_THROW(full({3}, Scalar(300), TensorOptions{DType::uint8, d}), Error);
+    EXPECT_THROW(full({2}, Scalar(std::int64_t{1} << 40), TensorOptions{DType::int32, d}), Error);
+    EXPECT_THROW(u.fill_(Scalar(256)), Error);
+    Tensor i = zeros({2}, TensorOptions{DType::int32, d});
+    EXPECT_THROW(add_(i, Scalar(0.5)), ValueError);  // float result into an int tensor
+    EXPECT_EQ(add(i, Scalar(0.5)).dtype(), DType::float32);
+    EXPECT_EQ(to_vec(arange(Scalar(1), Scalar(7), Scalar(2), TensorOptions{DType::float16, d})),
+              (std::vector<double>{1, 3, 5}));
+  }
+}
