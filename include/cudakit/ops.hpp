@@ -40,6 +40,8 @@ Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
 // Elementwise comparisons (torch.eq/ne/lt/le/gt/ge): bool tensors of the broadcast shape.
 // Operands are compared in their promoted dtype (result_type), so an int tensor against 2.5
 // compares as float. Only eq/ne accept complex operands (ValueError otherwise, as torch).
+// An integer number outside an integer tensor's range compares exactly, in int64 (u8 < 256 is
+// all true; torch wraps the number to the tensor's dtype there and raises nothing either).
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);

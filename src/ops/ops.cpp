@@ -2,6 +2,7 @@
 #include "cudakit/ops.hpp"
 
 #include <atomic>
+#include <cstdint>
 
 #include "cudakit/error.hpp"
 #include "ops/blas.hpp"
@@ -111,6 +112,17 @@ Tensor binary(const Tensor& a0, const Tensor& b0, int op, const char* name, DTyp
 // torch passes a wrapped number: no host or device tensor, no copy, no synchronisation, so
 // `x += 1` is one kernel launch and records as one kernel node under graph capture.
 
+// Whether integer v is a value of integer dtype t, without wrapping.
+bool fits(std::int64_t v, DType t) {
+  switch (t) {
+    case DType::uint8: return v >= 0 && v <= 255;
+    case DType::int8: return v >= -128 && v <= 127;
+    case DType::int16: return v >= -32768 && v <= 32767;
+    case DType::int32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return true;
+  }
+}
+
 // The promoted dtype of op(a, s), after the op's own rules (true division, rejected pairs).
 DType scalar_op_type(const Tensor& a, const Scalar& s, Family fam, int op, const char* name) {
   if (!a.defined()) throw ValueError(std::string(name) + ": undefined tensor operand");
@@ -123,6 +135,8 @@ DType scalar_op_type(const Tensor& a, const Scalar& s, Family fam, int op, const
                      "): complex numbers have no order; compare .real/.abs() values instead");
   if (fam == Family::pow && rt == DType::bool_)
     throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
+  if (fam == Family::compare && s.kind == Scalar::Kind::integer && is_integral(rt, false) && !fits(s.i, rt))
+    rt = DType::int64;  // u8 < 256, u8 > -19: compared exactly (torch wraps the number instead)
   return rt;
 }
 

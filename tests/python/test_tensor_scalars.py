@@ -230,3 +230,18 @@ def test_values_that_fit_or_wrap_as_torch(ck):
     with pytest.raises(RuntimeError):
         x.add_(300)
     assert vals(x).tolist() == [0, 0]  # state intact after the error
+
+
+def test_integer_comparisons_with_numbers_out_of_range_are_exact(ck):
+    """u8 < 256 is True for every u8 (NumPy's answer). torch wraps the number to the tensor's
+    dtype there (256 -> 0, -19 -> 237: pytorch issues 101653, 178716); cudakit compares in
+    int64 instead, and never raises for a comparison."""
+    u = ck.asarray(np.array([0, 7, 255], dtype=np.uint8), device="cuda")
+    assert vals(u < 256).tolist() == [True, True, True]
+    assert vals(u > -19).tolist() == [True, True, True]
+    assert vals(u == 263).tolist() == [False, False, False]  # 263 wraps to 7 in uint8
+    i8 = ck.asarray(np.array([-128, 0, 127], dtype=np.int8), device="cuda")
+    assert vals(i8 >= -129).tolist() == [True, True, True]
+    assert vals(i8 < 1000).tolist() == [True, True, True]
+    assert vals(u < 200).tolist() == [True, True, False]  # in range: compared in uint8 as before
+    assert (u < 200).dtype == ck.bool
