@@ -134,7 +134,7 @@ case "$mode" in
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
     # The whole Python suite once more under set_sync_debug_mode("error") (issue 24): an op
     # that waits for the device where torch does not fails its test. A test's own read-backs
-    # are let through (tests/python/conftest.py). 85 s on 2 cores, so the full suite.
+    # are let through (tests/python/conftest.py). 60-100 s on the shared 2 cores (1128 tests), so the full suite.
     echo "== Python suite under set_sync_debug_mode('error')"
     CUDAKIT_BACKEND=emulated CUDAKIT_TEST_SYNC_DEBUG=error PYTHONPATH="$BUILD_DIR/python" PYTHONDONTWRITEBYTECODE=1 \
       env -u CUDA_VISIBLE_DEVICES "$PYTHON" -m pytest -x -q -p no:cacheprovider tests/python
