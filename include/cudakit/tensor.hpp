@@ -192,6 +192,9 @@ class Tensor {
   void record_stream(StreamRef stream) const;
 
   // ---- in-place fills ----
+  // A fill kernel with the value as its argument (no copy, no synchronisation). A value that
+  // does not fit the dtype throws cudakit::Error, as torch ("value cannot be converted to
+  // type uint8_t without overflow"; negative integers wrap for uint8 down to -255).
   Tensor& fill_(const Scalar& value);
   Tensor& zero_() { return fill_(Scalar(0)); }
   Tensor& uniform_(double from = 0.0, double to = 1.0, Generator* generator = nullptr);
@@ -227,8 +230,9 @@ Tensor empty(const Shape& sizes, const TensorOptions& options = {});
 Tensor empty_strided(const Shape& sizes, const Shape& strides, const TensorOptions& options = {});
 Tensor zeros(const Shape& sizes, const TensorOptions& options = {});
 Tensor ones(const Shape& sizes, const TensorOptions& options = {});
+// full checks `value` against the dtype as fill_ does, before allocating.
 Tensor full(const Shape& sizes, const Scalar& value, const TensorOptions& options = {});
-// [start, end) by step; dtype int64 unless options say otherwise.
+// [start, end) by step; dtype int64 unless options say otherwise. Written by a kernel.
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
               const TensorOptions& options);
 Tensor empty_like(const Tensor& t);
