@@ -32,7 +32,8 @@ __all__ = [
     "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool",
     "plugin_path", "torch_allocator", "use_with_torch", "stop_using_with_torch",
     "torch_interop_state", "cupy_allocator", "use_with_cupy", "memory_stats_by_framework",
-    "memory_allocated_by",
+    "memory_allocated_by", "use_sleep_pool", "sleep", "wake_up", "sleep_state", "export_pool",
+    "import_pool", "pool_view", "PoolView",
 ]
 
 
@@ -317,6 +318,142 @@ def use_mem_pool(pool: MemPool, device: Any = None):
         yield
     finally:
         guard.close()
+
+
+# ---- sleep and wake of tagged memory ----
+
+@contextlib.contextmanager
+def use_sleep_pool(tag: str, device: Any = None):
+    """Allocations of the current thread on ``device`` (cudakit's, and torch's / CuPy's
+    through ``use_with_torch()`` / ``use_with_cupy()``) come from the pool of ``tag``.
+
+    The pool's memory can then be released with :func:`sleep` and brought back at the same
+    addresses with :func:`wake_up` (tensors, ``data_ptr()`` and captured CUDA graphs stay
+    valid). Nests with :func:`use_mem_pool` and graph capture: the innermost scope wins.
+    """
+    guard = _C._UseSleepPool(tag, device)
+    try:
+        yield
+    finally:
+        guard.close()
+
+
+def sleep(tags: Any = None, *, offload: Any = ()) -> int:
+    """Release the device memory of the tagged pools (``None``: every tag); returns the bytes
+    released. Pools whose tag is in ``offload`` first copy their allocated blocks to pinned
+    host memory; the others are discarded. Addresses stay reserved. Waits for the device.
+    A pool already asleep is left as it is. Unknown tag: ``KeyError``."""
+    return _C._mem_sleep(tags, offload)
+
+
+def wake_up(tags: Any = None) -> None:
+    """Map the tagged pools' memory again at the same addresses and copy offloaded contents
+    back (discarded contents are undefined). Returns once the copies are done."""
+    _C._mem_wake_up(tags)
+
+
+def sleep_state() -> dict[str, dict[str, Any]]:
+    """``{tag: {"bytes", "allocated_bytes", "asleep", "offloaded"}}`` of every tagged pool
+    (all devices together): ``bytes`` is the device memory the pool holds when awake."""
+    return _C._mem_sleep_state()
+
+
+class PoolView:
+    """A tagged pool's memory as one address range: ``base``, ``size``, ``device``.
+
+    ``offset_of(ptr)`` gives a pointer's offset from ``base`` (in the exporting process,
+    from :func:`pool_view`); ``tensor(offset, shape, dtype)`` makes a cudakit tensor there
+    (DLPack: ``torch.from_dlpack(view.tensor(...))``) and ``array(...)`` an object with
+    ``__cuda_array_interface__`` (``torch.as_tensor`` / ``cupy.asarray``). Views from
+    :func:`import_pool` stay mapped until :meth:`close` *and* every tensor made from them is
+    gone.
+    """
+
+    def __init__(self, info: dict[str, int], imported: bool):
+        self.base = info["base"]
+        self.size = info["size"]
+        self.device = info["device"]
+        self._imported = imported
+        self._closed = False
+
+    def offset_of(self, ptr: Any) -> int:
+        p = ptr.data_ptr() if hasattr(ptr, "data_ptr") else int(ptr)
+        if not self.base <= p < self.base + self.size:
+            raise ValueError(f"PoolView.offset_of(): address {p:#x} is outside the pool "
+                             f"[{self.base:#x}, {self.base + self.size:#x})")
+        return p - self.base
+
+    def _address(self, offset: int, nbytes: int) -> int:
+        if self._closed:
+            raise RuntimeError("PoolView: the view is closed")
+        if not isinstance(offset, int) or offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"PoolView: offset {offset!r} + {nbytes} bytes is outside the "
+                             f"pool's {self.size} bytes")
+        return self.base + offset
+
+    def tensor(self, offset: int, shape: Any, dtype: Any) -> Any:
+        if self._closed:
+            raise RuntimeError("PoolView.tensor(): the view is closed")
+        return _C._mem_pool_tensor(self.base, self.size, offset, shape, dtype, self.device, self)
+
+    def array(self, offset: int, shape: Any, typestr: str) -> Any:
+        """``typestr``: a ``__cuda_array_interface__`` type string such as ``"<f2"``."""
+        import numpy as np
+
+        shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(typestr).itemsize
+        addr = self._address(offset, nbytes)
+        return _PoolArray(self, {"shape": shape, "typestr": typestr, "data": (addr, False),
+                                 "strides": None, "version": 3, "stream": None})
+
+    def close(self) -> None:
+        """Unmap an imported view (views of this process's own pool have nothing to close)."""
+        if self._imported and not self._closed:
+            self._closed = True
+            _C._mem_close_pool(self.base, self.size, self.device)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (interpreter shutdown, device gone)
+            pass
+
+    def __enter__(self) -> "PoolView":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"PoolView(base={self.base:#x}, size={self.size}, device={self.device}, "
+                f"imported={self._imported})")
+
+
+class _PoolArray:
+    """``__cuda_array_interface__`` over pool memory; keeps its view alive."""
+
+    __slots__ = ("_view", "__cuda_array_interface__")
+
+    def __init__(self, view: PoolView, cai: dict[str, Any]):
+        self._view = view
+        self.__cuda_array_interface__ = cai
+
+
+def pool_view(tag: str, device: Any = None) -> PoolView:
+    """This process's view of its own pool of ``tag`` (offsets as in :func:`import_pool`)."""
+    return PoolView(_C._mem_pool_view(tag, device), imported=False)
+
+
+def export_pool(tag: str, device: Any = None) -> bytes:
+    """A handle to the whole pool of ``tag`` for another process (:func:`import_pool`).
+    Keep the pool awake and its memory allocated until the importer has opened it."""
+    return _C._mem_export_pool(tag, device)
+
+
+def import_pool(handle: bytes) -> PoolView:
+    """Open a handle of :func:`export_pool` made by another process: the pool's memory at
+    the same offsets from a new ``base``."""
+    return PoolView(_C._mem_import_pool(handle), imported=True)
 
 
 # ---- pluggable allocators ----
