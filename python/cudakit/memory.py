@@ -358,21 +358,38 @@ def sleep_state() -> dict[str, dict[str, Any]]:
     return _C._mem_sleep_state()
 
 
+class _Mapping:
+    """An imported pool's mapping: unmapped when the last reference (the view, or a tensor /
+    array made from it) goes."""
+
+    __slots__ = ("base", "size", "device")
+
+    def __init__(self, base: int, size: int, device: int):
+        self.base, self.size, self.device = base, size, device
+
+    def __del__(self):
+        try:
+            _C._mem_close_pool(self.base, self.size, self.device)
+        except Exception:  # noqa: BLE001  (interpreter shutdown, device gone)
+            pass
+
+
 class PoolView:
     """A tagged pool's memory as one address range: ``base``, ``size``, ``device``.
 
-    ``offset_of(ptr)`` gives a pointer's offset from ``base`` (in the exporting process,
-    from :func:`pool_view`); ``tensor(offset, shape, dtype)`` makes a cudakit tensor there
-    (DLPack: ``torch.from_dlpack(view.tensor(...))``) and ``array(...)`` an object with
-    ``__cuda_array_interface__`` (``torch.as_tensor`` / ``cupy.asarray``). Views from
-    :func:`import_pool` stay mapped until :meth:`close` *and* every tensor made from them is
-    gone.
+    ``offset_of(ptr)`` gives a pointer's (or tensor's) offset from ``base`` (in the exporting
+    process, from :func:`pool_view`); ``tensor(offset, shape, dtype)`` makes a cudakit tensor
+    there (``torch.from_dlpack`` takes it) and ``array(offset, shape, typestr)`` an object with
+    ``__cuda_array_interface__`` (``torch.as_tensor`` / ``cupy.asarray``). An imported view
+    stays mapped until :meth:`close` (or the view's end) *and* the end of every tensor and
+    array made from it.
     """
 
     def __init__(self, info: dict[str, int], imported: bool):
         self.base = info["base"]
         self.size = info["size"]
         self.device = info["device"]
+        self._mapping = _Mapping(self.base, self.size, self.device) if imported else None
         self._imported = imported
         self._closed = False
 
@@ -383,40 +400,34 @@ class PoolView:
                              f"[{self.base:#x}, {self.base + self.size:#x})")
         return p - self.base
 
-    def _address(self, offset: int, nbytes: int) -> int:
+    def _owner(self, fn: str) -> Any:
         if self._closed:
-            raise RuntimeError("PoolView: the view is closed")
-        if not isinstance(offset, int) or offset < 0 or offset + nbytes > self.size:
-            raise ValueError(f"PoolView: offset {offset!r} + {nbytes} bytes is outside the "
-                             f"pool's {self.size} bytes")
-        return self.base + offset
+            raise RuntimeError(f"PoolView.{fn}(): the view is closed")
+        return self._mapping if self._imported else self
 
     def tensor(self, offset: int, shape: Any, dtype: Any) -> Any:
-        if self._closed:
-            raise RuntimeError("PoolView.tensor(): the view is closed")
-        return _C._mem_pool_tensor(self.base, self.size, offset, shape, dtype, self.device, self)
+        owner = self._owner("tensor")
+        return _C._mem_pool_tensor(self.base, self.size, offset, shape, dtype, self.device, owner)
 
     def array(self, offset: int, shape: Any, typestr: str) -> Any:
         """``typestr``: a ``__cuda_array_interface__`` type string such as ``"<f2"``."""
         import numpy as np
 
+        owner = self._owner("array")
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(typestr).itemsize
-        addr = self._address(offset, nbytes)
-        return _PoolArray(self, {"shape": shape, "typestr": typestr, "data": (addr, False),
-                                 "strides": None, "version": 3, "stream": None})
+        if not isinstance(offset, int) or offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"PoolView.array(): offset {offset!r} + {nbytes} bytes runs past "
+                             f"the pool's {self.size} bytes")
+        return _PoolArray(owner, {"shape": shape, "typestr": typestr,
+                                  "data": (self.base + offset, False), "strides": None,
+                                  "version": 3, "stream": None})
 
     def close(self) -> None:
-        """Unmap an imported view (views of this process's own pool have nothing to close)."""
-        if self._imported and not self._closed:
-            self._closed = True
-            _C._mem_close_pool(self.base, self.size, self.device)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001  (interpreter shutdown, device gone)
-            pass
+        """Drop the view's mapping (unmapped once no tensor made from it is left). Views of
+        this process's own pool have nothing to close."""
+        self._closed = True
+        self._mapping = None
 
     def __enter__(self) -> "PoolView":
         return self
@@ -430,12 +441,12 @@ class PoolView:
 
 
 class _PoolArray:
-    """``__cuda_array_interface__`` over pool memory; keeps its view alive."""
+    """``__cuda_array_interface__`` over pool memory; keeps the mapping alive."""
 
-    __slots__ = ("_view", "__cuda_array_interface__")
+    __slots__ = ("_owner", "__cuda_array_interface__")
 
-    def __init__(self, view: PoolView, cai: dict[str, Any]):
-        self._view = view
+    def __init__(self, owner: Any, cai: dict[str, Any]):
+        self._owner = owner
         self.__cuda_array_interface__ = cai
 
 

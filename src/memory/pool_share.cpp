@@ -6,7 +6,9 @@
 // long as the pool's extent and maps every chunk at its offset from the pool's base, so an
 // offset computed in the exporter (pointer - pool_view(tag).base) addresses the same byte in
 // the importer. The handle lists the pool's chunks and nothing else: no other memory of the
-// exporter is reachable through it.
+// exporter is reachable through it. While a process maps the pool, its memory stays
+// allocated whatever the exporter does: a sleep ends the exporter's own mapping, and the
+// device memory is freed only once the importers have closed theirs.
 //
 // Handle layout (bytes): PoolHeader, then one PoolChunk per chunk in address order.
 //

@@ -271,7 +271,7 @@ def test_hand_off_errors(ck):
         m.import_pool(b"\0" * 64)
     with pytest.raises(ck.ArgumentTypeError):
         m.import_pool("text")
-    m.sleep([t])
+    m.sleep([t], offload=[t])
     with pytest.raises(RuntimeError, match="asleep"):
         m.export_pool(t)
     m.wake_up([t])
