@@ -149,14 +149,15 @@ class DeviceAllocator {
     bool asleep = false, offloaded = false;
   };
   SleepInfo sleep_info(SleepPool& sp);
-  // export_pool (pool_share.cpp): every chunk of an awake pool, exported (descriptors kept
-  // by the segment while it stays mapped), with its address and size.
+  // export_pool (pool_share.cpp): every chunk of the pool with its address and size; with
+  // `export_fds` (the pool must be awake) exported too, the descriptors kept by the segment
+  // while it stays mapped. pool_view asks without: addresses only, in any state.
   struct SleepShare {
     std::uintptr_t va = 0;
     std::size_t bytes = 0;
     int fd = -1;
   };
-  std::vector<SleepShare> share_sleep_pool(SleepPool& sp);
+  std::vector<SleepShare> share_sleep_pool(SleepPool& sp, bool export_fds);
 
  private:
   // Work queued under the locks and run by Locked::unlock() once they are released: a

@@ -35,18 +35,20 @@ int fetch_exported_fd(int pidfd, int pid, int remote_fd, std::uint64_t dev, std:
                       std::size_t index);  // ipc.cpp
 int open_exporter_pidfd(int pid);         // ipc.cpp
 
-std::vector<DeviceAllocator::SleepShare> DeviceAllocator::share_sleep_pool(SleepPool& sp) {
+std::vector<DeviceAllocator::SleepShare> DeviceAllocator::share_sleep_pool(SleepPool& sp,
+                                                                        bool export_fds) {
   // Locks held throughout: vm_export_fd does not wait, and the chunks must not go away
   // meanwhile (the caller also holds the sleep-op mutex, so the pool stays awake).
   Locked lock(*this);
-  if (sp.state != SleepPool::State::awake)
-    throw Error("export_pool: sleep pool '" + sp.tag + "' is asleep: call wake_up first");
+  if (export_fds && sp.state != SleepPool::State::awake)
+    throw Error("export_pool: sleep pool '" + sp.tag + "' is asleep (its memory is released): "
+                "call wake_up first");
   std::vector<SleepShare> out;
   for (auto& [va, seg] : sp.segments) {
     std::uintptr_t at = va;
-    for (std::size_t i = 0; i < seg.handles.size(); ++i) {
-      if (seg.fds[i] < 0) seg.fds[i] = backend_.vm_export_fd(seg.handles[i]);
-      out.push_back(SleepShare{at, seg.sizes[i], seg.fds[i]});
+    for (std::size_t i = 0; i < seg.sizes.size(); ++i) {
+      if (export_fds && seg.fds[i] < 0) seg.fds[i] = backend_.vm_export_fd(seg.handles[i]);
+      out.push_back(SleepShare{at, seg.sizes[i], export_fds ? seg.fds[i] : -1});
       at += seg.sizes[i];
     }
   }
@@ -120,7 +122,7 @@ std::vector<unsigned char> export_pool(const std::string& tag, int device) {
   const int dev = memory::resolve_alloc_device(device);
   memory::SleepPool& sp = existing_pool(tag, dev, "export_pool");
   std::lock_guard op(memory::sleep_op_mutex());
-  auto chunks = memory::device_allocator(dev).share_sleep_pool(sp);
+  auto chunks = memory::device_allocator(dev).share_sleep_pool(sp, /*export_fds=*/true);
   if (chunks.empty())
     throw Error("export_pool: sleep pool '" + tag + "' holds no memory (every segment was "
                 "released): allocate in it first");
@@ -153,7 +155,7 @@ PoolView pool_view(const std::string& tag, int device) {
   const int dev = memory::resolve_alloc_device(device);
   memory::SleepPool& sp = existing_pool(tag, dev, "pool_view");
   std::lock_guard op(memory::sleep_op_mutex());
-  auto chunks = memory::device_allocator(dev).share_sleep_pool(sp);
+  auto chunks = memory::device_allocator(dev).share_sleep_pool(sp, /*export_fds=*/false);
   if (chunks.empty())
     throw Error("pool_view: sleep pool '" + tag + "' holds no memory: allocate in it first");
   const auto [base, span] = extent(chunks);

@@ -271,8 +271,10 @@ def test_hand_off_errors(ck):
         m.import_pool(b"\0" * 64)
     with pytest.raises(ck.ArgumentTypeError):
         m.import_pool("text")
+    base = m.pool_view(t).base
     m.sleep([t], offload=[t])
     with pytest.raises(RuntimeError, match="asleep"):
         m.export_pool(t)
+    assert m.pool_view(t).base == base  # the addresses stay while asleep
     m.wake_up([t])
     assert np.all(vals(x) == 1)
