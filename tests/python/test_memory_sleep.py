@@ -72,6 +72,8 @@ def test_errors(ck):
         m.sleep(["no-such"])
     with pytest.raises(ValueError):  # KeyError that is also a ValueError
         m.wake_up("no-such")
+    with pytest.raises(ck.KeyNotFoundError):
+        m.sleep(["no-such"])
     with pytest.raises(ck.ArgumentTypeError):
         m.sleep(3)
     with pytest.raises(ValueError, match="empty"):
