@@ -29,15 +29,16 @@ std::size_t round_up(std::size_t n, std::size_t g) { return (n + g - 1) / g * g;
 
 std::string quoted(const std::string& tag) { return "'" + tag + "'"; }
 
-// Copies between device runs and the host pieces holding their concatenation.
-struct Copy {
-  void* dst;
-  const void* src;
-  std::size_t bytes;
-};
-std::vector<Copy> plan_copies(const std::vector<std::pair<std::uintptr_t, std::size_t>>& runs,
-                              const std::vector<std::pair<void*, std::size_t>>& host,
-                              bool to_host) {
+void free_host(std::vector<std::pair<void*, std::size_t>>& host) {
+  for (auto& [p, n] : host) host_allocator().free(p);
+  host.clear();
+}
+}  // namespace
+
+std::vector<SleepCopy> sleep_plan_copies(
+    const std::vector<std::pair<std::uintptr_t, std::size_t>>& runs,
+    const std::vector<std::pair<void*, std::size_t>>& host, bool to_host) {
+  using Copy = SleepCopy;
   std::vector<Copy> out;
   std::size_t piece = 0, in_piece = 0;
   for (const auto& [va, bytes] : runs) {
@@ -57,12 +58,6 @@ std::vector<Copy> plan_copies(const std::vector<std::pair<std::uintptr_t, std::s
   }
   return out;
 }
-
-void free_host(std::vector<std::pair<void*, std::size_t>>& host) {
-  for (auto& [p, n] : host) host_allocator().free(p);
-  host.clear();
-}
-}  // namespace
 
 std::size_t sleep_segment_size(const SleepPool& sp, bool small, std::size_t size,
                                std::size_t allocation_size_for_request, std::size_t gran) {
@@ -289,7 +284,7 @@ std::size_t DeviceAllocator::sleep_pool(SleepPool& sp, bool offload, detail::Str
         host.emplace_back(host_allocator().allocate(n), n);
       }
       host_bytes = total;
-      for (const Copy& c : plan_copies(runs, host, /*to_host=*/true))
+      for (const SleepCopy& c : sleep_plan_copies(runs, host, /*to_host=*/true))
         backend_.memcpy_async(c.dst, c.src, c.bytes, stream);
       backend_.stream_synchronize(stream);
     }
@@ -367,7 +362,7 @@ void DeviceAllocator::wake_pool(SleepPool& sp, detail::StreamHandle stream) {
     }
     if (sp.offloaded && !sp.runs.empty()) {
       WaitScope wait;
-      for (const Copy& c : plan_copies(sp.runs, sp.host, /*to_host=*/false))
+      for (const SleepCopy& c : sleep_plan_copies(sp.runs, sp.host, /*to_host=*/false))
         backend_.memcpy_async(c.dst, c.src, c.bytes, stream);
       // Returns after the copies (sleep_pool.hpp: any stream may use the memory at once).
       backend_.stream_synchronize(stream);

@@ -98,6 +98,16 @@ std::size_t sleep_segment_size(const SleepPool& sp, bool small, std::size_t size
                                std::size_t allocation_size_for_request, std::size_t granularity);
 // Chunk sizes covering a segment of `bytes` (each <= kSleepMaxChunk, granularity multiples).
 std::vector<std::size_t> sleep_chunk_sizes(std::size_t bytes, std::size_t granularity);
+// The copies between device runs (address, bytes) and the host pieces (pointer, bytes)
+// holding their concatenation, in order: a run is cut where a piece ends.
+struct SleepCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+std::vector<SleepCopy> sleep_plan_copies(
+    const std::vector<std::pair<std::uintptr_t, std::size_t>>& runs,
+    const std::vector<std::pair<void*, std::size_t>>& host, bool to_host);
 // Address ranges of the pool's reservations (allocator locks held): take returns 0 when the
 // backend cannot reserve more address space; give returns a range taken before.
 std::uintptr_t sleep_take_va(SleepPool& sp, detail::Backend& b, std::size_t bytes,
