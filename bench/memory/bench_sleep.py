@@ -82,11 +82,15 @@ def bench_discard(ck, gib: int, cycles: int) -> None:
         t0 = time.perf_counter()
         m.sleep(["kv"])
         t1 = time.perf_counter()
+        chunks0 = m.memory_stats()["num_device_alloc"]
+        t1w = time.perf_counter()
         m.wake_up(["kv"])
         t2 = time.perf_counter()
-        best_sleep, best_wake = min(best_sleep, t1 - t0), min(best_wake, t2 - t1)
+        chunks = m.memory_stats()["num_device_alloc"] - chunks0
+        best_sleep, best_wake = min(best_sleep, t1 - t0), min(best_wake, t2 - t1w)
     report("discard.sleep_ms_per_10GiB", best_sleep * 1e3 * 10 / gib, "ms")
     report("discard.wake_ms_per_10GiB", best_wake * 1e3 * 10 / gib, "ms")
+    report("discard.wake_physical_chunks", chunks, "")
     kv[0].fill_(1)  # usable after wake
     ck.synchronize()
     del kv
