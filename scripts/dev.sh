@@ -74,6 +74,7 @@ TSAN_TESTS=(
   test_green_contexts
   test_memory_fuzz
   test_memory_history
+  test_memory_sleep
   test_memory_stress
   test_memory_threads
   test_nccl
@@ -103,6 +104,7 @@ ASAN_TESTS=(
   test_memory_pluggable
   test_memory_plugin
   test_memory_sizes
+  test_memory_sleep
   test_memory_stress
   test_nccl
   test_nvtx

@@ -24,6 +24,13 @@ class ValueError : public Error {
   using Error::Error;
 };
 
+// A name that is not known (e.g. a sleep-pool tag nobody allocated from). Maps to Python
+// cudakit.KeyNotFoundError, a KeyError that is also a ValueError (it is a bad argument).
+class KeyError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
 // Feature unavailable on this backend / build / driver (e.g. NVML on the emulated backend).
 // Maps to NotImplementedError-like RuntimeError in Python.
 class NotSupportedError : public Error {

@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +64,14 @@ struct MemoryStats {
   MemoryStat oversize_allocations;      // allocations > max_split_size
   MemoryStat oversize_segments;
   ClientMemoryStats by_client[kNumMemoryClients];  // indexed by MemoryClient
+  // Tagged (sleep) pools of the device, all tags together (memory_stats' "sleep.*" keys):
+  // bytes of their segments awake or asleep, of those asleep (released; not in
+  // reserved_bytes), of pinned host memory holding offloaded contents, and sleep / wake_up
+  // calls that changed a pool.
+  struct {
+    std::int64_t pool_bytes = 0, asleep_bytes = 0, offloaded_bytes = 0;
+    std::int64_t num_sleeps = 0, num_wake_ups = 0;
+  } sleep;
 };
 
 // Typed statistics of `device`'s caching allocator.
@@ -267,6 +274,86 @@ void reset_current_allocator();
 }  // namespace cudakit
 
 namespace CUDAKIT_API cudakit {
+// ---- sleep and wake of tagged memory (vLLM's sleep mode / SGLang's memory saver) ----
+// A tagged pool is a private pool of the caching allocator (one per tag and device) whose
+// segments are virtual-memory reservations backed by physical chunks (the seam's vm_* calls,
+// with expandable segments on or off). sleep() releases the physical memory and keeps the
+// addresses reserved; wake_up() maps new memory at the same addresses, so pointers, tensors
+// and CUDA graphs captured on them stay valid. src/memory/sleep_pool.hpp has the design.
+//
+// Thread-safety: every function is thread-safe. sleep / wake_up / sleep_state calls are
+// serialised with each other (process-wide); allocations and frees on other threads run
+// concurrently: an allocation from a pool that is asleep (or going to sleep / waking) raises,
+// a free is allowed at any time. sleep and wake_up wait for the device: call them without
+// holding locks that stream work or finalisers need.
+
+// RAII: allocations of the calling thread on `device` (cudakit's, and torch's / CuPy's
+// through the plug-ins) come from the pool of `tag`, created on first use. Nests with
+// UseMemPool and graph capture: the innermost scope wins. Throws ValueError for an empty
+// tag, NotSupportedError with backend:cudaMallocAsync (the driver's pool has no tags).
+class UseSleepPool {
+ public:
+  explicit UseSleepPool(const std::string& tag, int device = kCurrentDevice);
+  ~UseSleepPool();
+  UseSleepPool(const UseSleepPool&) = delete;
+  UseSleepPool& operator=(const UseSleepPool&) = delete;
+
+ private:
+  MempoolId id_;
+  int device_;
+};
+
+// Releases the physical memory of the pools of `tags` (nullopt: every tag) on every device;
+// returns the bytes of device memory released. Pools whose tag is in `offload` first copy
+// their allocated blocks to pinned host memory (cudakit's host cache, stream-ordered on
+// each device's current stream); the others are discarded. Waits for the device first (work
+// on any stream may still use the memory). Addresses stay reserved. A pool already asleep is
+// left as it is (0 bytes). Throws KeyError for an unknown tag, ValueError for an offload tag
+// that is not being put to sleep; on an error the pool that failed stays awake and intact.
+std::size_t sleep(const std::optional<std::vector<std::string>>& tags = std::nullopt,
+                  const std::vector<std::string>& offload = {});
+// Maps memory again at the same addresses and copies offloaded contents back (discarded
+// contents are undefined). The copies are stream-ordered on the device's current stream and
+// wake_up returns once they are done (as vLLM's), so any stream may use the memory at once.
+// Pools already awake are left alone. Out of device memory (after releasing the cache):
+// OutOfMemoryError naming the tag, and that pool stays asleep with its contents offloaded.
+void wake_up(const std::optional<std::vector<std::string>>& tags = std::nullopt);
+
+// One tag's pools (all devices): bytes of their segments (the device memory they hold when
+// awake), bytes allocated in them, whether they are asleep, and whether their contents are
+// offloaded to host memory.
+struct SleepPoolState {
+  std::size_t bytes = 0;
+  std::size_t allocated_bytes = 0;
+  bool asleep = false;
+  bool offloaded = false;
+};
+std::map<std::string, SleepPoolState> sleep_state();
+
+// ---- weight hand-off: a whole tagged pool shared with another process ----
+// export_pool: a handle to the memory of `tag`'s pool on `device` (awake): the pool's
+// physical chunks as file descriptors of this process (fetched by the importer with
+// pidfd_getfd, as expandable-segment IPC, ipc_export), their offsets in the pool's address
+// range, and nothing else. The pool must stay awake and keep its memory (no sleep, no
+// empty_cache of its free segments) until every importer has opened the handle. Throws
+// KeyError for an unknown tag, Error when the pool is asleep or empty, NotSupportedError when
+// the backend cannot share its chunks.
+std::vector<unsigned char> export_pool(const std::string& tag, int device = kCurrentDevice);
+// The exporter's view of its own pool: `base` is the address offsets are counted from (the
+// same in import_pool's view), `size` the extent of the range.
+struct PoolView {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  int device = -1;
+};
+PoolView pool_view(const std::string& tag, int device = kCurrentDevice);
+// Opens a handle of export_pool (made by another process): the pool's memory mapped at the
+// same offsets from a new base in this process. Close with close_pool; the mapping stays
+// valid whatever the exporter does meanwhile (the memory lives while a process maps it).
+// Errors as ipc_import's for expandable segments (stale handle, ptrace permission, ...).
+PoolView import_pool(const std::vector<unsigned char>& handle);
+void close_pool(const PoolView& view);
+
 // ---- history and snapshots ----
 // torch.cuda.memory._record_memory_history: enabled = nullopt (off), "state" or "all";
 // context = "state" | "alloc" | "all" | "" (none); stacks = "python" | "cpp" | "all".

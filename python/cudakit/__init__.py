@@ -16,6 +16,7 @@ from ._C import (  # noqa: F401  (re-exported API)
     Device,
     Event,
     ExternalStream,
+    KeyNotFoundError,
     OutOfMemoryError,
     Stream,
     StreamContext,

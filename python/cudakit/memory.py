@@ -32,7 +32,8 @@ __all__ = [
     "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool",
     "plugin_path", "torch_allocator", "use_with_torch", "stop_using_with_torch",
     "torch_interop_state", "cupy_allocator", "use_with_cupy", "memory_stats_by_framework",
-    "memory_allocated_by",
+    "memory_allocated_by", "use_sleep_pool", "sleep", "wake_up", "sleep_state", "export_pool",
+    "import_pool", "pool_view", "PoolView",
 ]
 
 
@@ -317,6 +318,153 @@ def use_mem_pool(pool: MemPool, device: Any = None):
         yield
     finally:
         guard.close()
+
+
+# ---- sleep and wake of tagged memory ----
+
+@contextlib.contextmanager
+def use_sleep_pool(tag: str, device: Any = None):
+    """Allocations of the current thread on ``device`` (cudakit's, and torch's / CuPy's
+    through ``use_with_torch()`` / ``use_with_cupy()``) come from the pool of ``tag``.
+
+    The pool's memory can then be released with :func:`sleep` and brought back at the same
+    addresses with :func:`wake_up` (tensors, ``data_ptr()`` and captured CUDA graphs stay
+    valid). Nests with :func:`use_mem_pool` and graph capture: the innermost scope wins.
+    """
+    guard = _C._UseSleepPool(tag, device)
+    try:
+        yield
+    finally:
+        guard.close()
+
+
+def sleep(tags: Any = None, *, offload: Any = ()) -> int:
+    """Release the device memory of the tagged pools (``None``: every tag); returns the bytes
+    released. Pools whose tag is in ``offload`` first copy their allocated blocks to pinned
+    host memory; the others are discarded. Addresses stay reserved. Waits for the device.
+    A pool already asleep is left as it is. Unknown tag: ``KeyError``."""
+    return _C._mem_sleep(tags, offload)
+
+
+def wake_up(tags: Any = None) -> None:
+    """Map the tagged pools' memory again at the same addresses and copy offloaded contents
+    back (discarded contents are undefined). Returns once the copies are done."""
+    _C._mem_wake_up(tags)
+
+
+def sleep_state() -> dict[str, dict[str, Any]]:
+    """``{tag: {"bytes", "allocated_bytes", "asleep", "offloaded"}}`` of every tagged pool
+    (all devices together): ``bytes`` is the device memory the pool holds when awake."""
+    return _C._mem_sleep_state()
+
+
+class _Mapping:
+    """An imported pool's mapping: unmapped when the last reference (the view, or a tensor /
+    array made from it) goes."""
+
+    __slots__ = ("base", "size", "device")
+
+    def __init__(self, base: int, size: int, device: int):
+        self.base, self.size, self.device = base, size, device
+
+    def __del__(self):
+        try:
+            _C._mem_close_pool(self.base, self.size, self.device)
+        except Exception:  # noqa: BLE001  (interpreter shutdown, device gone)
+            pass
+
+
+class PoolView:
+    """A tagged pool's memory as one address range: ``base``, ``size``, ``device``.
+
+    ``offset_of(ptr)`` gives a pointer's (or tensor's) offset from ``base`` (in the exporting
+    process, from :func:`pool_view`); ``tensor(offset, shape, dtype)`` makes a cudakit tensor
+    there (``torch.from_dlpack`` takes it) and ``array(offset, shape, typestr)`` an object with
+    ``__cuda_array_interface__`` (``torch.as_tensor`` / ``cupy.asarray``). An imported view
+    stays mapped until :meth:`close` (or the view's end) *and* the end of every tensor and
+    array made from it.
+    """
+
+    def __init__(self, info: dict[str, int], imported: bool):
+        self.base = info["base"]
+        self.size = info["size"]
+        self.device = info["device"]
+        self._mapping = _Mapping(self.base, self.size, self.device) if imported else None
+        self._imported = imported
+        self._closed = False
+
+    def offset_of(self, ptr: Any) -> int:
+        p = ptr.data_ptr() if hasattr(ptr, "data_ptr") else int(ptr)
+        if not self.base <= p < self.base + self.size:
+            raise ValueError(f"PoolView.offset_of(): address {p:#x} is outside the pool "
+                             f"[{self.base:#x}, {self.base + self.size:#x})")
+        return p - self.base
+
+    def _owner(self, fn: str) -> Any:
+        if self._closed:
+            raise RuntimeError(f"PoolView.{fn}(): the view is closed")
+        return self._mapping if self._imported else self
+
+    def tensor(self, offset: int, shape: Any, dtype: Any) -> Any:
+        owner = self._owner("tensor")
+        return _C._mem_pool_tensor(self.base, self.size, offset, shape, dtype, self.device, owner)
+
+    def array(self, offset: int, shape: Any, typestr: str) -> Any:
+        """``typestr``: a ``__cuda_array_interface__`` type string such as ``"<f2"``."""
+        import numpy as np
+
+        owner = self._owner("array")
+        shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(typestr).itemsize
+        if not isinstance(offset, int) or offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"PoolView.array(): offset {offset!r} + {nbytes} bytes runs past "
+                             f"the pool's {self.size} bytes")
+        return _PoolArray(owner, {"shape": shape, "typestr": typestr,
+                                  "data": (self.base + offset, False), "strides": None,
+                                  "version": 3, "stream": None})
+
+    def close(self) -> None:
+        """Drop the view's mapping (unmapped once no tensor made from it is left). Views of
+        this process's own pool have nothing to close."""
+        self._closed = True
+        self._mapping = None
+
+    def __enter__(self) -> "PoolView":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"PoolView(base={self.base:#x}, size={self.size}, device={self.device}, "
+                f"imported={self._imported})")
+
+
+class _PoolArray:
+    """``__cuda_array_interface__`` over pool memory; keeps the mapping alive."""
+
+    __slots__ = ("_owner", "__cuda_array_interface__")
+
+    def __init__(self, owner: Any, cai: dict[str, Any]):
+        self._owner = owner
+        self.__cuda_array_interface__ = cai
+
+
+def pool_view(tag: str, device: Any = None) -> PoolView:
+    """This process's view of its own pool of ``tag`` (offsets as in :func:`import_pool`)."""
+    return PoolView(_C._mem_pool_view(tag, device), imported=False)
+
+
+def export_pool(tag: str, device: Any = None) -> bytes:
+    """A handle to the whole pool of ``tag`` for another process (:func:`import_pool`).
+    Keep the pool awake and its memory allocated until the importer has opened it."""
+    return _C._mem_export_pool(tag, device)
+
+
+def import_pool(handle: bytes) -> PoolView:
+    """Open a handle of :func:`export_pool` made by another process: the pool's memory at
+    the same offsets from a new ``base``."""
+    return PoolView(_C._mem_import_pool(handle), imported=True)
 
 
 # ---- pluggable allocators ----

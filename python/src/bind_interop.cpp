@@ -29,6 +29,8 @@ py::object numpy_dtype(DType t) {
   return np.attr("dtype")(t == DType::bool_ ? "bool" : dtype_name(t));
 }
 
+}  // namespace
+
 // Deleters of foreign buffers may need the GIL; storage can die on a stream worker thread,
 // so defer them to the interpreter via Py_AddPendingCall when we don't hold it.
 void release_foreign(std::function<void()> fn) {
@@ -48,6 +50,8 @@ void release_foreign(std::function<void()> fn) {
       heap);
   if (rc != 0) delete heap;  // queue full: leak the foreign buffer rather than risk a crash
 }
+
+namespace {
 
 constexpr const char* kCapsule = "dltensor";
 constexpr const char* kCapsuleVersioned = "dltensor_versioned";

@@ -11,10 +11,12 @@
 #include <unordered_set>
 
 #include "args.hpp"
+#include "convert.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "cudakit/python_stacks.hpp"
+#include "cudakit/tensor.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -105,6 +107,31 @@ void warn_from_allocator(const std::string& msg) {
 struct PyUseMemPool {
   std::unique_ptr<UseMemPool> guard;
 };
+struct PyUseSleepPool {
+  std::unique_ptr<UseSleepPool> guard;
+};
+
+// Sleep-pool tags: None (every tag), one str, or an iterable of str.
+std::optional<std::vector<std::string>> tags_arg(py::handle v, Arg a, bool none_ok = true) {
+  if (v.is_none() && none_ok) return std::nullopt;
+  if (PyUnicode_Check(v.ptr())) return std::vector<std::string>{to_string(v, a)};
+  if (v.is_none() || PyBytes_Check(v.ptr()) || !py::isinstance<py::iterable>(v))
+    throw_type(a, none_ok ? "None, a str or an iterable of str" : "a str or an iterable of str", v);
+  std::vector<std::string> out;
+  for (py::handle t : v) {
+    if (!PyUnicode_Check(t.ptr())) throw_type(a, "a str or an iterable of str (tags)", t);
+    out.push_back(to_string(t, a));
+  }
+  return out;
+}
+
+py::dict pool_view_dict(const PoolView& v) {
+  py::dict d;
+  d["base"] = v.base;
+  d["size"] = v.size;
+  d["device"] = v.device;
+  return d;
+}
 
 void bind(py::module_& m) {
   set_allocator_wait_hooks(&release_gil_if_held, &reacquire_gil);
@@ -246,6 +273,105 @@ void bind(py::module_& m) {
              return std::make_unique<PluggableAllocator>(so, a, to_string(free_fn, Arg{fn, "free_fn_name"}));
            }),
            py::arg("path_to_so"), py::arg("alloc_fn_name"), py::arg("free_fn_name"));
+  // Sleep and wake of tagged memory. sleep / wake_up / sleep_state wait for the device and
+  // for each other (a process-wide mutex): the GIL is released first, so a thread waiting
+  // for that mutex never holds the GIL another thread needs to finish.
+  py::class_<PyUseSleepPool>(m, "_UseSleepPool")
+      .def(py::init([](py::handle tag, py::handle d) {
+             auto g = std::make_unique<PyUseSleepPool>();
+             const std::string t = to_string(tag, Arg{"use_sleep_pool", "tag"});
+             g->guard = std::make_unique<UseSleepPool>(t, dev(d, "use_sleep_pool"));
+             return g;
+           }),
+           py::arg("tag"), py::arg("device") = py::none())
+      .def("close", [](PyUseSleepPool& g) { g.guard.reset(); });
+  m.def("_mem_sleep", [](py::handle tags, py::handle offload) {
+    auto t = tags_arg(tags, Arg{"sleep", "tags"});
+    auto o = tags_arg(offload, Arg{"sleep", "offload"}, /*none_ok=*/false);
+    py::gil_scoped_release nogil;
+    return sleep(t, *o);
+  }, py::arg("tags") = py::none(), py::arg("offload") = py::tuple());
+  m.def("_mem_wake_up", [](py::handle tags) {
+    auto t = tags_arg(tags, Arg{"wake_up", "tags"});
+    py::gil_scoped_release nogil;
+    wake_up(t);
+  }, py::arg("tags") = py::none());
+  m.def("_mem_sleep_state", [] {
+    std::map<std::string, SleepPoolState> st;
+    {
+      py::gil_scoped_release nogil;
+      st = sleep_state();
+    }
+    py::dict out;
+    for (const auto& [tag, s] : st) {
+      py::dict d;
+      d["bytes"] = s.bytes;
+      d["allocated_bytes"] = s.allocated_bytes;
+      d["asleep"] = s.asleep;
+      d["offloaded"] = s.offloaded;
+      out[py::str(tag)] = d;
+    }
+    return out;
+  });
+  m.def("_mem_export_pool", [](py::handle tag, py::handle d) {
+    const std::string t = to_string(tag, Arg{"export_pool", "tag"});
+    const int di = dev(d, "export_pool");
+    std::vector<unsigned char> h;
+    {
+      py::gil_scoped_release nogil;
+      h = export_pool(t, di);
+    }
+    return py::bytes(reinterpret_cast<const char*>(h.data()), h.size());
+  }, py::arg("tag"), py::arg("device") = py::none());
+  m.def("_mem_pool_view", [](py::handle tag, py::handle d) {
+    const std::string t = to_string(tag, Arg{"pool_view", "tag"});
+    const int di = dev(d, "pool_view");
+    PoolView v;
+    {
+      py::gil_scoped_release nogil;
+      v = pool_view(t, di);
+    }
+    return pool_view_dict(v);
+  }, py::arg("tag"), py::arg("device") = py::none());
+  m.def("_mem_import_pool", [](py::handle handle) {
+    if (!PyBytes_Check(handle.ptr()) && !PyByteArray_Check(handle.ptr()) &&
+        !PyMemoryView_Check(handle.ptr()))
+      throw_type(Arg{"import_pool", "handle"}, "bytes (from export_pool)", handle);
+    const std::string s = py::bytes(py::reinterpret_borrow<py::object>(handle));
+    std::vector<unsigned char> h(s.begin(), s.end());
+    PoolView v;
+    {
+      py::gil_scoped_release nogil;
+      v = import_pool(h);
+    }
+    return pool_view_dict(v);
+  }, py::arg("handle"));
+  m.def("_mem_close_pool", [](std::uintptr_t base, std::size_t size, int device) {
+    py::gil_scoped_release nogil;
+    close_pool(PoolView{base, size, device});
+  });
+  // A tensor over pool memory at `address` (a view's base + offset): `owner` (the view) is
+  // kept alive by the tensor, so the mapping outlives every tensor made from it.
+  m.def("_mem_pool_tensor", [](std::uintptr_t base, std::size_t size, py::handle offset,
+                               py::handle shape, py::handle dtype, int device, py::handle owner) {
+    const std::size_t off = to_size(offset, Arg{"PoolView.tensor", "offset"});
+    const Shape sizes = shape_arg(shape, Arg{"PoolView.tensor", "shape"});
+    const DType dt = dtype_arg(dtype, Arg{"PoolView.tensor", "dtype"});
+    std::size_t bytes = element_size(dt);
+    for (std::int64_t n : sizes) {
+      if (n < 0 || (n > 0 && bytes > size / static_cast<std::size_t>(n)))
+        throw ValueError("PoolView.tensor(): shape " + shape_str(sizes) + " does not fit in the "
+                         "pool's " + std::to_string(size) + " bytes");
+      bytes *= static_cast<std::size_t>(n);
+    }
+    if (off > size || bytes > size - off)
+      throw ValueError("PoolView.tensor(): offset " + std::to_string(off) + " + " +
+                       std::to_string(bytes) + " bytes runs past the pool's " +
+                       std::to_string(size) + " bytes");
+    auto* ref = new py::object(py::reinterpret_borrow<py::object>(owner));
+    return from_blob(reinterpret_cast<void*>(base + off), sizes, contiguous_strides(sizes), dt,
+                     Device::cuda(device), false, [ref] { release_foreign([ref] { delete ref; }); });
+  });
   m.def("_mem_change_allocator", &change_current_allocator);
   m.def("_mem_reset_allocator", &reset_current_allocator);
 }

@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <optional>
 
 #include "args.hpp"
@@ -34,5 +35,9 @@ Tensor from_cuda_array_interface(py::handle obj, Arg a);
 // was built from Python data (then it owns fresh memory).
 Tensor to_tensor(py::handle obj, std::optional<DType> dtype, std::optional<Device> device, Arg a,
                  bool* from_data = nullptr);
+
+// Runs `fn` (which drops Python references) now when this thread holds the GIL, else from
+// the interpreter's pending calls: a tensor's storage may die on a stream worker thread.
+void release_foreign(std::function<void()> fn);
 
 }  // namespace cudakit::python

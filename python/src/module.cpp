@@ -52,6 +52,18 @@ PYBIND11_MODULE(_C, m) {
     m.add_object("ArgumentTypeError", py::handle(cls));
     return py::handle(cls);
   }();
+  // An unknown name (cudakit::KeyError, e.g. a sleep-pool tag): KeyError, as a dict lookup
+  // raises, and ValueError, the class of cudakit's other bad-argument errors.
+  static py::handle key_exc = [&] {
+    py::tuple bases = py::make_tuple(py::handle(PyExc_KeyError), py::handle(PyExc_ValueError));
+    PyObject* cls = PyErr_NewExceptionWithDoc(
+        "cudakit._C.KeyNotFoundError",
+        "An unknown name (a sleep-pool tag, ...): a KeyError that is also a ValueError.",
+        bases.ptr(), nullptr);
+    if (!cls) throw py::error_already_set();
+    m.add_object("KeyNotFoundError", py::handle(cls));
+    return py::handle(cls);
+  }();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -75,6 +87,8 @@ PYBIND11_MODULE(_C, m) {
       py::object exc = py::reinterpret_borrow<py::object>(PyExc_OSError)(
           e.error_number(), e.what(), e.path());
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    } catch (const cudakit::KeyError& e) {
+      PyErr_SetString(key_exc.ptr(), e.what());
     } catch (const cudakit::ValueError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const cudakit::NotSupportedError& e) {

@@ -87,6 +87,7 @@ struct PrivatePool;
 class PluggedAllocator;
 struct ExpandableSegment;
 struct StackRecord;
+struct SleepPool;
 
 struct BlockAddrLess {
   bool operator()(const Block* a, const Block* b) const noexcept;
@@ -152,6 +153,9 @@ struct PrivatePool {
   // device (as torch). Allocation runs under the device lock (it must not call back into
   // cudakit's caching allocator of the same device); freeing runs outside it.
   std::shared_ptr<PluggedAllocator> source;
+  // A tagged pool (use_sleep_pool): its segments are VM ranges that sleep / wake_up unmap and
+  // map again (sleep_pool.hpp). Owned by the sleep-pool registry, which never destroys it.
+  SleepPool* sleep = nullptr;
 };
 
 // Route: allocations whose stream passes `filter` go to `pool` (MemPool, graph capture).

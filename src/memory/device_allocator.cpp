@@ -266,6 +266,7 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   if (async_backend_) return malloc_async(lock, orig_size, stream, client);
   if (!pending_.empty()) process_events();
   const std::size_t size = round_size(orig_size);
+  if (!routes_.empty()) check_pool_awake(pool_for(size, stream), orig_size);
   Block* b = take_cached(size, stream);
   bool moving = false;
   if (!b) b = grow(size, stream, /*may_move=*/true, moving);
@@ -286,7 +287,8 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
 
 Block* DeviceAllocator::take_cached(std::size_t size, detail::StreamHandle stream) {
   BlockPool& pool = pool_for(size, stream);
-  const bool caching = caching_enabled();
+  // Tagged pools always cache: their memory must stay in the segments sleep and wake manage.
+  const bool caching = caching_enabled() || (pool.owner && pool.owner->sleep);
   Block* b = caching ? get_free_block(pool, size, stream) : nullptr;
   if (!b && !quick_.empty()) {
     // Parked blocks go back (merging with their neighbours) before the allocator grows.
@@ -299,10 +301,12 @@ Block* DeviceAllocator::take_cached(std::size_t size, detail::StreamHandle strea
 Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool may_move,
                              bool& moving) {
   BlockPool& pool = pool_for(size, stream);
-  const bool caching = caching_enabled();
+  const bool caching = caching_enabled() || (pool.owner && pool.owner->sleep);
   if (cfg_.garbage_collection_threshold > 0 && caching) garbage_collect();
   Block* b = nullptr;
-  if (cfg_.expandable_segments && caching && !pool.owner) {
+  if (pool.owner && pool.owner->sleep) {
+    b = alloc_sleep_segment(pool, size, stream);
+  } else if (cfg_.expandable_segments && caching && !pool.owner) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
     b = alloc_segment(pool, caching ? allocation_size(size)
@@ -577,7 +581,18 @@ MemoryStats DeviceAllocator::stats() {
   // Parked blocks go back first so the pool-shape statistics (inactive_split, ...) are
   // exactly torch's; the allocated/active counters are exact either way.
   quick_flush();
-  return stats_.get();
+  MemoryStats s = stats_.get();
+  for (auto& [id, p] : pools_) {
+    if (!p->sleep) continue;
+    const SleepPool& sp = *p->sleep;
+    s.sleep.pool_bytes += static_cast<std::int64_t>(sp.bytes);
+    if (sp.state != SleepPool::State::awake && sp.state != SleepPool::State::sleeping)
+      s.sleep.asleep_bytes += static_cast<std::int64_t>(sp.bytes);
+    s.sleep.offloaded_bytes += static_cast<std::int64_t>(sp.host_bytes);
+    s.sleep.num_sleeps += sp.num_sleeps;
+    s.sleep.num_wake_ups += sp.num_wake_ups;
+  }
+  return s;
 }
 
 void DeviceAllocator::reset_peak_stats() {

@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,7 @@
 #include "memory/expandable_segment.hpp"
 #include "memory/locks.hpp"
 #include "memory/quick_cache.hpp"
+#include "memory/sleep_pool.hpp"
 #include "memory/stats.hpp"
 
 namespace cudakit::memory {
@@ -72,6 +74,8 @@ struct SegmentInfo {
   detail::StreamHandle stream = nullptr;
   bool is_large = true, is_expandable = false;
   MempoolId owner{0, 0};
+  std::string sleep_tag;  // segments of a tagged pool: its tag, and whether it is asleep
+  bool asleep = false;
   std::vector<SegmentInfoBlock> blocks;
 };
 
@@ -134,6 +138,27 @@ class DeviceAllocator {
   // The trace ring in snapshot form (oldest first).
   std::vector<TraceEntry> history_traces();
 
+  // Tagged pools (sleep_pool.cpp). create_sleep_pool makes the PrivatePool of `sp` (sp->id).
+  // sleep_pool / wake_pool do one pool's transition (no-ops in the other states), waiting
+  // and making their driver calls without the locks; the caller serialises them.
+  void create_sleep_pool(SleepPool* sp);
+  std::size_t sleep_pool(SleepPool& sp, bool offload, detail::StreamHandle stream);
+  void wake_pool(SleepPool& sp, detail::StreamHandle stream);
+  struct SleepInfo {
+    std::size_t bytes = 0, allocated = 0;
+    bool asleep = false, offloaded = false;
+  };
+  SleepInfo sleep_info(SleepPool& sp);
+  // export_pool (pool_share.cpp): every chunk of the pool with its address and size; with
+  // `export_fds` (the pool must be awake) exported too, the descriptors kept by the segment
+  // while it stays mapped. pool_view asks without: addresses only, in any state.
+  struct SleepShare {
+    std::uintptr_t va = 0;
+    std::size_t bytes = 0;
+    int fd = -1;
+  };
+  std::vector<SleepShare> share_sleep_pool(SleepPool& sp, bool export_fds);
+
  private:
   // Work queued under the locks and run by Locked::unlock() once they are released: a
   // segment going back to the device (or its plug-in source), expandable chunks to unmap
@@ -149,6 +174,11 @@ class DeviceAllocator {
     std::vector<ExpandableSegment::DetachedChunk> chunks;
     std::vector<detail::PhysMemHandle> destroy;
     bool destroy_small = false;
+    // A tagged pool's segment to unmap and destroy; its range goes back to the pool after
+    // (sleep_ok: the driver calls succeeded, so the range may be mapped again).
+    SleepPool* sleep = nullptr;
+    SleepSegment sleep_segment;
+    bool sleep_ok = false;
   };
   // The slow-path lock: the device mutex, then the fast lock. unlock() releases both, then
   // runs the work deferred while they were held; the destructor unlocks if still held
@@ -232,6 +262,16 @@ class DeviceAllocator {
   void run_deferred(std::vector<Deferred>& work);
   [[noreturn]] void raise_oom(std::size_t size, std::size_t alloc_size,
                               detail::StreamHandle stream);
+
+  // ---- tagged pools (sleep_pool.cpp) ----
+  Block* alloc_sleep_segment(BlockPool& pool, std::size_t size, detail::StreamHandle stream);
+  void check_pool_awake(BlockPool& pool, std::size_t size);  // throws for a non-awake pool
+  // Unmaps and destroys a segment's chunks, closing exported descriptors (no lock held);
+  // true when every call succeeded. Rethrows nothing: errors go to *error (the first).
+  bool unmap_sleep_segment(SleepSegment& seg, std::exception_ptr* error);
+  // Creates and maps the chunks of a segment (no lock held); false when out of memory.
+  bool map_sleep_segment(SleepSegment& seg);
+  PrivatePool* private_pool_of(const SleepPool& sp);  // locks held
 
   // ---- expandable segments (expandable_segment.cpp) ----
   Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream,

@@ -58,8 +58,19 @@ void DeviceAllocator::release_segment(Block* head) {
   BlockPool& pool = *head->pool;
   if (allocator_events_wanted()) note_event("segment_free", head->ptr, head->size, head->stream, nullptr);
   Deferred d;
-  d.segment = reinterpret_cast<void*>(head->ptr);
-  if (pool.owner) d.source = pool.owner->source;
+  if (pool.owner && pool.owner->sleep) {
+    // A tagged pool's segment: its chunks are unmapped and its range handed back later.
+    SleepPool& sp = *pool.owner->sleep;
+    auto it = sp.segments.find(head->ptr);
+    d.sleep = &sp;
+    d.sleep_segment = std::move(it->second);
+    sp.segments.erase(it);
+    sp.bytes -= head->size;
+    if (!pool.is_small) sp.large_bytes -= head->size;
+  } else {
+    d.segment = reinterpret_cast<void*>(head->ptr);
+    if (pool.owner) d.source = pool.owner->source;
+  }
   deferred_.push_back(std::move(d));
   stats_.segment_released(pool.is_small, head->size, oversize(head->size));
   segment_heads_.erase(head);
@@ -76,6 +87,9 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
       if (d.segment) {
         if (d.source) d.source->free(d.segment);
         else backend_.mem_free(device_, d.segment);
+      } else if (d.sleep) {
+        unmapped = true;
+        d.sleep_ok = unmap_sleep_segment(d.sleep_segment, &error);
       } else if (d.unmapping) {
         unmapped = true;
         ExpandableSegment::unmap(backend_, d.chunks, vm_calls_);
@@ -96,6 +110,9 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
     for (const Deferred& d : work) {
       if (d.unmapping) {
         finish_unmap(d);
+      } else if (d.sleep) {
+        // A range whose unmap failed stays reserved (never mapped twice).
+        if (d.sleep_ok) sleep_give_va(*d.sleep, d.sleep_segment.va, d.sleep_segment.bytes);
       } else if (!d.destroy.empty()) {
         stats_.pages_unmapped(d.destroy_small, d.bytes, 0);
       }
@@ -105,7 +122,10 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
 }
 
 void DeviceAllocator::release_pool_blocks(BlockPool& pool) {
-  // Whole free (unsplit) plain segments. Expandable pages: release_expandable.
+  // Whole free (unsplit) plain segments. Expandable pages: release_expandable. A tagged pool
+  // keeps its segments outside `awake` (sleep_pool.hpp: the segment set is frozen then).
+  if (pool.owner && pool.owner->sleep && pool.owner->sleep->state != SleepPool::State::awake)
+    return;
   for (Block* b : pool.blocks.blocks()) {
     if (b->is_split() || b->expandable) continue;
     erase_free(pool, b);

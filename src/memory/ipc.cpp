@@ -129,8 +129,15 @@ IpcMemHandle export_expandable(int device, const memory::DeviceAllocator::Expand
   return h;
 }
 
-// A descriptor of process `pidfd` (pid for messages) in this process; throws naming the cause.
-int fetch_fd(int pidfd, int pid, const VmChunk& c, std::size_t index) {
+}  // namespace
+
+namespace memory {
+// A descriptor of process `pidfd` (pid for messages) in this process, checked to name the
+// file (device, inode) the exporter saw; throws naming the cause. Also used by the tagged
+// pools' hand-off (pool_share.cpp).
+int fetch_exported_fd(int pidfd, int pid, int remote_fd, std::uint64_t dev, std::uint64_t ino,
+                      std::size_t index) {
+  const VmChunk c{remote_fd, 0, dev, ino, 0};
   const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, c.fd, 0));
   if (fd >= 0) {
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -163,6 +170,26 @@ int fetch_fd(int pidfd, int pid, const VmChunk& c, std::size_t index) {
               std::to_string(c.fd) + (err ? std::string(" (") + std::strerror(err) + ")" : "") +
               " (the exported allocation was freed and its memory released; the exporter "
               "must keep the allocation alive until every importer has opened the handle)");
+}
+
+// pidfd_open of the exporting process, errors named as for ipc_import.
+int open_exporter_pidfd(int pid) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd >= 0) return pidfd;
+  const int err = errno;
+  if (err == ENOSYS)
+    throw NotSupportedError(
+        "ipc_import: this kernel has no pidfd_open system call (Linux >= 5.6 needed), which "
+        "importing memory of an expandable segment (or a tagged pool) needs");
+  throw IoError(err, "/proc/" + std::to_string(pid),
+                "ipc_import: the handle is stale: its exporting process " + std::to_string(pid) +
+                    " cannot be reached (" + std::strerror(err) + "; it has exited?)");
+}
+}  // namespace memory
+
+namespace {
+int fetch_fd(int pidfd, int pid, const VmChunk& c, std::size_t index) {
+  return memory::fetch_exported_fd(pidfd, pid, c.fd, c.dev, c.ino, index);
 }
 
 // Imports an expandable-segment handle (g_ipc_mutex held): reserves, imports, maps.

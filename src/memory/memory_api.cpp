@@ -62,6 +62,11 @@ std::map<std::string, std::int64_t> memory_stats(int device) {
   m["max_split_size"] = s.max_split_size;
   put_stat(m, "oversize_allocations", s.oversize_allocations);
   put_stat(m, "oversize_segments", s.oversize_segments);
+  m["sleep.pool_bytes"] = s.sleep.pool_bytes;
+  m["sleep.asleep_bytes"] = s.sleep.asleep_bytes;
+  m["sleep.offloaded_bytes"] = s.sleep.offloaded_bytes;
+  m["sleep.num_sleeps"] = s.sleep.num_sleeps;
+  m["sleep.num_wake_ups"] = s.sleep.num_wake_ups;
   for (int c = 0; c < kNumMemoryClients; ++c) {
     const std::string prefix = std::string("framework.") + kMemoryClientNames[c] + ".";
     put_stat(m, prefix + "allocation", s.by_client[c].allocation);

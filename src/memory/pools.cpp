@@ -77,6 +77,9 @@ std::atomic<std::uint64_t> g_next_user_pool{1};   // MemPool ids: (n, 0) like to
 std::atomic<std::uint64_t> g_next_graph_pool{1};  // graph pools: (0, n)
 }  // namespace
 
+// Tagged pools take their ids from the MemPool sequence: one id space for private pools.
+MempoolId memory::new_user_pool_id() { return {g_next_user_pool.fetch_add(1), 0}; }
+
 MemPool::MemPool(bool use_on_oom, bool no_split, int device)
     : id_{g_next_user_pool.fetch_add(1), 0}, device_(memory::resolve_alloc_device(device)) {
   memory::device_allocator(device_).create_pool(id_, no_split, use_on_oom);

@@ -46,6 +46,10 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot(std::optional<MempoolId> only
     seg.stream = head->stream;
     seg.is_large = !head->pool->is_small;
     seg.owner = owner_of(head);
+    if (const SleepPool* sp = head->pool->owner ? head->pool->owner->sleep : nullptr) {
+      seg.sleep_tag = sp->tag;
+      seg.asleep = sp->state != SleepPool::State::awake;
+    }
     for (const Block* b = head; b; b = b->next) add_block(seg, b);
     out.push_back(std::move(seg));
   }
@@ -156,6 +160,10 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
       js["segment_type"] = s.is_large ? "large" : "small";
       js["segment_pool_id"] = {s.owner.first, s.owner.second};
       js["is_expandable"] = s.is_expandable;
+      if (!s.sleep_tag.empty()) {  // cudakit's keys (torch's tools ignore them)
+        js["sleep_tag"] = s.sleep_tag;
+        js["asleep"] = s.asleep;
+      }
       js["frames"] = json::array();
       json blocks = json::array();
       for (const SegmentInfoBlock& b : s.blocks) {

@@ -417,10 +417,15 @@ TEST(MemoryAllocator, FlatStatsKeysLikeTorch) {
                         "max_split_size", "num_device_alloc", "num_sync_all_streams"})
     EXPECT_TRUE(m.count(k)) << k;
   // torch's keys, plus cudakit's per-framework breakdown ("framework.<name>.<stat>.<field>")
-  std::size_t framework = 0;
-  for (const auto& [k, v] : m) framework += k.rfind("framework.", 0) == 0;
-  EXPECT_EQ(m.size() - framework, 9u * 3 * 4 + 6 + 8);
+  // and the tagged pools' totals ("sleep.<name>")
+  std::size_t framework = 0, sleep_keys = 0;
+  for (const auto& [k, v] : m) {
+    framework += k.rfind("framework.", 0) == 0;
+    sleep_keys += k.rfind("sleep.", 0) == 0;
+  }
+  EXPECT_EQ(m.size() - framework - sleep_keys, 9u * 3 * 4 + 6 + 8);
   EXPECT_EQ(framework, std::size_t(kNumMemoryClients) * 3 * 4);
+  EXPECT_EQ(sleep_keys, 5u);
   EXPECT_NE(memory_summary().find("Allocated memory"), std::string::npos);
   EXPECT_EQ(get_allocator_backend(), "native");
 }
