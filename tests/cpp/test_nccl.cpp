@@ -423,6 +423,37 @@ TEST(NcclCommunicator, OperationEndedByAFailureIsNotASuccess) {
   EXPECT_THROW(impl->throw_if_failed(), nc::NcclError);
 }
 
+// A communicator's failure belongs to the communicator: the survivor's streams (the one the
+// collective ran on and the device's legacy default stream) keep working after the peer left
+// and after abort(), as on CUDA, where an NCCL failure is no sticky context error.
+TEST(NcclCommunicator, SurvivorsStreamsKeepWorkingAfterThePeerLeft) {
+  REQUIRE_ENGINE(2);
+  const nc::UniqueId id = nc::unique_id();
+  run_ranks(2, [&](int r) {
+    nc::Communicator c(2, id, r, on(r, 120s));
+    if (r == 0) {
+      c.reset();  // gone while rank 1 waits in its all_reduce
+      return;
+    }
+    Tensor t = zeros({4}, device_options(DType::float32, r));
+    c.all_reduce(t);
+    EXPECT_THROW(c.synchronize(), nc::NcclError);
+    auto works = [&](const char* when) {
+      for (StreamRef st : {current_stream(r), default_stream(r)}) {
+        StreamGuard guard(st);
+        Tensor y = full({4}, Scalar(2.0), device_options(DType::float32, r));
+        add_(y, y);
+        EXPECT_NO_THROW(st.sync()) << when;
+        EXPECT_EQ(values(y), std::vector<double>(4, 4.0)) << when;
+      }
+      EXPECT_NO_THROW(synchronize(r)) << when;
+    };
+    works("after the peer left");
+    c.abort();
+    works("after abort()");
+  });
+}
+
 TEST(NcclCommunicator, DepartedPeerIsAnErrorNotAHang) {
   REQUIRE_ENGINE(2);
   const nc::UniqueId id = nc::unique_id();
