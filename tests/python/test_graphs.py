@@ -568,3 +568,19 @@ def test_captured_matmul_takes_its_cublas_workspace_from_the_pool(ck):
     assert np.all(vals(d) == 32)
     assert ck.memory_allocated() - allocated < (1 << 20)
 
+
+def test_capturing_nothing_warns_as_torch(ck, side):
+    g = ck.CUDAGraph()
+    with pytest.warns(UserWarning, match="The CUDA Graph is empty"):
+        with ck.graph(g, stream=side):
+            pass
+    g2 = ck.CUDAGraph()
+    x, one = ck.ones(4, device="cuda"), ck.ones(4, device="cuda")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a capture with work: no warning
+        with ck.graph(g2, stream=side):
+            x += one
+    g2.replay()
+    ck.synchronize()
+    assert np.all(vals(x) == 2)
