@@ -52,11 +52,13 @@ std::size_t workspace_size(int device) {
 std::pair<void*, std::size_t> workspace(int device, detail::StreamHandle s) {
   static std::mutex mu;
   static auto* spaces = new std::map<std::pair<int, detail::StreamHandle>, Allocation>();  // leaked: used until exit
-  const std::size_t bytes = workspace_size(device);
-  if (bytes == 0) return {nullptr, 0};
   std::lock_guard lock(mu);
   Allocation& a = (*spaces)[{device, s}];
-  if (!a) a = allocate_device(bytes, device, StreamRef::from_handle(s, device));
+  if (!a) {  // the size is worked out once per stream, not per product
+    const std::size_t bytes = workspace_size(device);
+    if (bytes == 0) return {nullptr, 0};
+    a = allocate_device(bytes, device, StreamRef::from_handle(s, device));
+  }
   return {a.get(), a.size()};
 }
 

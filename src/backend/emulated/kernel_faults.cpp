@@ -112,11 +112,17 @@ struct AltStack {
   AltStack& operator=(const AltStack&) = delete;
 };
 
-// No object with a destructor lives in this frame: a fault leaves it through siglongjmp.
+// No object with a destructor lives in this frame: a fault leaves it through siglongjmp. An
+// exception thrown by user code leaves it too, and must not leave t_scope pointing here.
 __attribute__((noinline)) bool guarded_call(Scope* scope, void (*fn)(const void*), const void* arg) {
   if (sigsetjmp(scope->jump, 1) != 0) return false;  // 1: the signal mask comes back too
   t_scope = scope;
-  fn(arg);
+  try {
+    fn(arg);
+  } catch (...) {
+    t_scope = nullptr;
+    throw;
+  }
   t_scope = nullptr;
   return true;
 }
@@ -130,7 +136,7 @@ std::string hex(const void* p) {
 
 }  // namespace
 
-bool run_catching_faults(void (*fn)(const void*), const void* arg, KernelFault* fault) noexcept {
+bool run_catching_faults(void (*fn)(const void*), const void* arg, KernelFault* fault) {
   static std::once_flag once;
   std::call_once(once, install_handlers);
   thread_local AltStack alt;

@@ -35,8 +35,9 @@ struct KernelFault {
   void* address = nullptr;  // siginfo's si_addr (faulting address or instruction)
 };
 
-// Calls fn(arg); true when it returned, false (and *fault filled) when it faulted.
-bool run_catching_faults(void (*fn)(const void*), const void* arg, KernelFault* fault) noexcept;
+// Calls fn(arg); true when it returned, false (and *fault filled) when it faulted. An
+// exception thrown by fn propagates.
+bool run_catching_faults(void (*fn)(const void*), const void* arg, KernelFault* fault);
 
 // A fault of a host-compiled kernel, as the AcceleratorError a GPU gives for it (CUresult
 // code and name: 700 CUDA_ERROR_ILLEGAL_ADDRESS for SIGSEGV/SIGBUS, 716
