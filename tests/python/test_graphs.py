@@ -538,25 +538,27 @@ def test_captured_matmul_takes_its_cublas_workspace_from_the_pool(ck):
     nothing from the driver behind the pool, and the workspace shows in the statistics."""
     a = ck.ones(64, 32, device="cuda")
     b = ck.ones(32, 16, device="cuda")
+    a @ b  # warm-up: the library's handle of this thread exists before the capture, as in torch
     s = ck.Stream()  # a stream no product ran on: it has no workspace yet
     gc.collect()
     ck.synchronize()
     ck.empty_cache()
     free0, reserved0 = ck.mem_get_info()[0], ck.memory_reserved()
-    g = ck.CUDAGraph()
+    g = ck.CUDAGraph(keep_graph=True)  # instantiated at the first replay, after the measurement
     with ck.graph(g, stream=s):
         c = a @ b
+    ck.synchronize()
+    free1, reserved1 = ck.mem_get_info()[0], ck.memory_reserved()
     g.replay()
     ck.synchronize()
     assert np.all(vals(c) == 32)
-    free1, reserved1 = ck.mem_get_info()[0], ck.memory_reserved()
     props = ck.get_device_properties(0)
     workspace = 32 << 20 if (props.major, props.minor) == (9, 0) else (8 << 20) + (128 << 10)
     if os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
         pytest.skip("CUBLAS_WORKSPACE_CONFIG sets another workspace size")
     assert reserved1 - reserved0 >= workspace, (reserved0, reserved1)
-    # What the driver gave is what the pool reserved (a little slack for the library's own
-    # bookkeeping on a GPU, far below a workspace).
+    # What the driver gave during the capture is what the pool reserved (on a GPU the free
+    # memory moves in 2 MiB pages: any allocation behind the pool's back shows).
     assert (free0 - free1) - (reserved1 - reserved0) < (1 << 20), (free0, free1, reserved0, reserved1)
     seg = [x for x in ck.memory_snapshot() if x["segment_pool_id"] == g.pool()]
     assert any(x["total_size"] >= workspace for x in seg), seg
