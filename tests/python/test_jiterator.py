@@ -289,9 +289,12 @@ _FAULT_CHILD = textwrap.dedent("""
     code = {
         "null": "template <typename T> T bad(T x) { volatile T* p = nullptr; return *p + x; }",
         "trap": "template <typename T> T bad(T x) { if (x > T(0)) __builtin_trap(); return x; }",
-    }[kind if kind != "outside" else "null"]
+    }[kind if not kind.startswith("outside") else "null"]
     x = ck.ones(8, device="cuda")
-    if kind == "outside":  # the handlers are installed by a kernel, then a fault elsewhere
+    if kind == "outside-faulthandler":  # a handler installed before cudakit's is chained to
+        import faulthandler
+        faulthandler.enable()
+    if kind.startswith("outside"):  # the handlers are installed by a kernel, then a fault elsewhere
         ok = ck.jiterator._create_jit_fn("template <typename T> T good(T x) { return x + T(1); }")
         ok(x).cpu()
         import ctypes
@@ -338,3 +341,6 @@ def test_a_fault_in_a_kernel_is_a_sticky_accelerator_error(ck, kind, code, name)
 def test_a_fault_outside_kernels_still_crashes(ck):
     r = _fault_child("outside")
     assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    r = _fault_child("outside-faulthandler")  # the previous handler still runs (and reports)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    assert "Fatal Python error: Segmentation fault" in r.stderr, r.stderr
