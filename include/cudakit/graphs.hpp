@@ -167,6 +167,9 @@ class CUDAGraph {
   // again. Per-graph lifecycle hooks stay registered.
   void reset();
 
+  // The last capture ended with no node: nothing ran on the capture stream (torch warns "The
+  // CUDA Graph is empty" at capture_end; the Python binding does the same).
+  bool captured_empty() const noexcept;
   MempoolId pool() const;               // Error before a capture ended
   std::vector<MempoolId> pools() const;  // this graph's pool + retained ones
   void retain_pool(MempoolId id);       // keeps another pool alive until reset()

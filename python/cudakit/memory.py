@@ -489,6 +489,16 @@ def change_current_allocator(allocator: _CUDAAllocator) -> None:
         raise _C.ArgumentTypeError(
             "change_current_allocator(): argument 'allocator' must be a "
             f"cudakit.memory.CUDAPluggableAllocator, not {type(allocator).__name__} ({allocator!r})")
+    # torch refuses once its allocator is initialized ("Can't swap an already initialized
+    # allocator"): memory handed out by one allocator must not be returned to another.
+    for d in range(_C.device_count()):
+        st = memory_stats(d)
+        made = max(st.get("allocation.all.allocated", 0), st.get("allocation.all.current", 0))
+        if made or st.get("segment.all.current", 0):
+            raise RuntimeError(
+                f"change_current_allocator(): can't swap an already initialized allocator: the "
+                f"current one made {made} allocation(s) on cuda:{d}; change the allocator before "
+                f"the first device allocation of the process")
     _C._mem_change_allocator(allocator.allocator())
 
 

@@ -25,14 +25,22 @@ __all__ = [
 Generator = _C.Generator
 
 
-def _as_state(new_state: Any):
-    """Accepts a cudakit uint8 tensor or anything cudakit.asarray understands."""
+def _as_state(new_state: Any, fn: str = "set_rng_state"):
+    """A generator state: a uint8 (byte) tensor, as torch requires (a cudakit tensor, or an
+    array of dtype uint8 that cudakit.asarray understands: NumPy, DLPack, ...), or bytes.
+    Anything else -- a str, floats that would be truncated -- is refused by name."""
     if isinstance(new_state, _C.Tensor):
-        return new_state
+        return new_state  # the generator checks its dtype and size
     if isinstance(new_state, (bytes, bytearray)):
         import numpy as np
 
         new_state = np.frombuffer(bytes(new_state), dtype=np.uint8)
+    dtype = getattr(new_state, "dtype", None)
+    if dtype is None or str(dtype).replace("torch.", "") != "uint8":
+        what = type(new_state).__name__ + (f" of dtype {dtype}" if dtype is not None else "")
+        raise _C.ArgumentTypeError(
+            f"{fn}(): argument 'new_state' must be a uint8 (byte) tensor as returned by "
+            f"get_rng_state(), got {what}")
     return _C.asarray(new_state, dtype=_C.uint8, device="cpu")
 
 
@@ -62,7 +70,7 @@ def set_rng_state_all(new_states: Iterable[Any]) -> None:
         raise _C.ArgumentTypeError(
             "set_rng_state_all(): argument 'new_states' must be an iterable of states, not "
             f"{type(new_states).__name__}")
-    _C._set_rng_state_all([_as_state(s) for s in new_states])
+    _C._set_rng_state_all([_as_state(s, "set_rng_state_all") for s in new_states])
 
 
 def manual_seed(seed: int) -> None:

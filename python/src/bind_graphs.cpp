@@ -11,20 +11,35 @@
 // with the GIL held; after interpreter shutdown they are leaked instead.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cudakit/error.hpp"
 #include "cudakit/graph_annotations.hpp"
 #include "cudakit/graphs.hpp"
+#include "args.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
 namespace {
 
 namespace ga = cudakit::graph_annotations;
+
+// torch's warning at capture_end for a capture that recorded no work (its usual cause: the
+// work ran on another device or stream than the one capturing).
+void warn_if_empty(const CUDAGraph& g) {
+  if (!g.captured_empty()) return;
+  if (PyErr_WarnEx(PyExc_UserWarning,
+                   "The CUDA Graph is empty. This usually means that the graph was attempted to "
+                   "be captured on wrong device or stream.",
+                   1) != 0) {
+    throw py::error_already_set();
+  }
+}
 
 bool interpreter_alive() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -147,7 +162,47 @@ py::dict annotation_dict(const ga::Annotation& a) {
 struct PyMarkKernels {
   ga::Annotation annotation;
   std::unique_ptr<ga::MarkKernels> scope;
+  std::string label;  // "mark_kernels('attention')", for errors
+  std::shared_ptr<int> token = std::make_shared<int>(0);  // identity; expires with the object
 };
+
+// The scopes the calling thread entered and has not exited, innermost last. Scopes nest
+// (an inner scope's annotation merges over the outer's until it exits), so exiting one
+// that is not the innermost, or one that is not entered, is a program error: said at once,
+// naming the scope, instead of leaving the merge silently wrong. Weak references: a scope
+// object collected without __exit__ has ended its C++ scope, and is skipped.
+struct OpenScope {
+  std::weak_ptr<int> token;
+  std::string label;
+};
+std::vector<OpenScope>& open_scopes() {
+  thread_local std::vector<OpenScope> v;
+  return v;
+}
+
+void enter_scope(PyMarkKernels& s) {
+  if (s.scope) throw Error(s.label + ": this scope is already entered (exit it first)");
+  s.scope = std::make_unique<ga::MarkKernels>(s.annotation);
+  open_scopes().push_back(OpenScope{s.token, s.label});
+}
+
+void exit_scope(PyMarkKernels& s) {
+  if (!s.scope) {
+    throw Error(s.label + ": __exit__ without a matching __enter__ (the scope was exited twice, or "
+                "never entered)");
+  }
+  auto& v = open_scopes();
+  while (!v.empty() && v.back().token.expired()) v.pop_back();
+  auto mine = std::find_if(v.begin(), v.end(), [&](const OpenScope& o) {
+    return !o.token.owner_before(s.token) && !s.token.owner_before(o.token);
+  });
+  if (mine != v.end() && mine + 1 != v.end()) {
+    throw Error(s.label + ": exited while the inner scope " + v.back().label +
+                " is still open (scopes must exit in the reverse order of entry)");
+  }
+  if (mine != v.end()) v.erase(mine);
+  s.scope.reset();
+}
 
 // ---- get_graph_data ----
 
@@ -267,7 +322,10 @@ usable as a context manager.)doc")
     graph_cls.attr("replay") = py::reinterpret_steal<py::object>(descr);
   }
   graph_cls
-      .def(py::init<bool>(), py::arg("keep_graph") = false)
+      .def(py::init([](py::handle keep) {
+             return std::make_unique<CUDAGraph>(to_bool(keep, Arg{"CUDAGraph", "keep_graph"}));
+           }),
+           py::arg("keep_graph") = false)
       .def(
           "capture_begin",
           [](CUDAGraph& g, py::handle pool, py::handle mode, bool check_input_liveness,
@@ -280,8 +338,16 @@ usable as a context manager.)doc")
           },
           py::arg("pool") = py::none(), py::arg("capture_error_mode") = "global",
           py::arg("check_input_liveness") = false, py::arg("enable_annotations") = false)
-      .def("capture_end", &CUDAGraph::capture_end)
-      .def("capture_end_pre", &CUDAGraph::capture_end_pre)
+      .def("capture_end",
+           [](CUDAGraph& g) {
+             g.capture_end();
+             warn_if_empty(g);
+           })
+      .def("capture_end_pre",
+           [](CUDAGraph& g) {
+             g.capture_end_pre();
+             warn_if_empty(g);
+           })
       .def("capture_end_post", &CUDAGraph::capture_end_post)
       .def("_abort_capture", &CUDAGraph::abort_capture)
       .def("instantiate", &CUDAGraph::instantiate)
@@ -389,17 +455,19 @@ usable as a context manager.)doc")
 
   // ---- kernel annotations ----
   py::class_<PyMarkKernels>(m, "_MarkKernels")
-      .def(py::init([](py::handle a) { return PyMarkKernels{annotation_arg(a), nullptr}; }),
+      .def(py::init([](py::handle a) {
+             PyMarkKernels s{annotation_arg(a), nullptr};
+             s.label = "mark_kernels(" + py::repr(a).cast<std::string>() + ")";
+             return s;
+           }),
            py::arg("annotation"))
       .def("__enter__",
            [](py::object self) {
-             auto& s = self.cast<PyMarkKernels&>();
-             if (s.scope) throw Error("mark_kernels: this scope is already entered");
-             s.scope = std::make_unique<ga::MarkKernels>(s.annotation);
+             enter_scope(self.cast<PyMarkKernels&>());
              return self;
            })
       .def("__exit__",
-           [](PyMarkKernels& s, py::handle, py::handle, py::handle) { s.scope.reset(); })
+           [](PyMarkKernels& s, py::handle, py::handle, py::handle) { exit_scope(s); })
       .def_property_readonly("recording",
                              [](const PyMarkKernels& s) { return s.scope && s.scope->recording(); });
   m.def("_graph_annotations_available", &ga::is_available);

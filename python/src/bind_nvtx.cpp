@@ -160,7 +160,19 @@ PyObject* domain_name_category(PyObject* self, PyObject* const* args, Py_ssize_t
     return nullptr;
   }
   std::uint32_t id = 0;
-  if (!category_id("Domain.name_category", args[0], &id)) return nullptr;
+  // Only an id: category_id's "or a str name" is for the ranges' category= argument.
+  if (PyBool_Check(args[0]) || !PyLong_Check(args[0])) {
+    PyErr_Format(PyExc_TypeError,
+                 "name_category(): argument 'category' must be an int id, got %s%s",
+                 type_name(args[0]),
+                 PyUnicode_Check(args[0])
+                     ? " (name_category gives a name to a numeric id; for the id of a named "
+                       "category use Domain.category(name), or pass the name as category= "
+                       "directly)"
+                     : "");
+    return nullptr;
+  }
+  if (!category_id("name_category", args[0], &id)) return nullptr;
   if (!PyUnicode_Check(args[1])) {
     PyErr_Format(PyExc_TypeError, "Domain.name_category(): name must be a str, got %s",
                  type_name(args[1]));

@@ -28,9 +28,12 @@ std::optional<std::int64_t> opt_index(py::handle o, Arg a) {
 Tensor index(const Tensor& self, py::handle key) {
   const Arg a{"Tensor.__getitem__", "index"};
   py::tuple items = py::isinstance<py::tuple>(key) ? key.cast<py::tuple>() : py::make_tuple(key);
-  std::int64_t consumed = 0;
-  for (auto it : items)
+  std::int64_t consumed = 0, ellipses = 0;
+  for (auto it : items) {
+    if (it.ptr() == Py_Ellipsis && ++ellipses > 1)
+      throw py::index_error("an index can only have a single ellipsis ('...')");  // torch's words
     if (!it.is_none() && it.ptr() != Py_Ellipsis) ++consumed;
+  }
   if (consumed > self.dim())
     throw py::index_error("too many indices for tensor of dimension " + std::to_string(self.dim()));
   Tensor t = self;

@@ -160,6 +160,13 @@ struct GemmArgs {
   bool allow_tf32 = false;
   // C = alpha * op(A) op(B) + beta * C (BLAS). matmul uses 1 and 0; beta != 0 reads C.
   double alpha = 1.0, beta = 0.0;
+  // Scratch memory for the library, from the caching allocator (ops::blas_gemm: one per
+  // (device, stream), as torch's cuBLAS workspaces). The cuda backend hands it to cuBLAS
+  // (cublasSetWorkspace) so cuBLAS never allocates from the driver, outside the pool and
+  // its statistics — during graph capture too; null: the library's own. The emulated GEMM
+  // needs none.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
   // Owner of the operands' memory, released once the product has run. Backends that run
   // the product as a host task keep it until then; the cuda backend drops it at once (the
   // caching allocator already orders reuse of the memory on the stream).

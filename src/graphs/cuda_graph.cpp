@@ -325,6 +325,11 @@ void CUDAGraph::capture_end_pre() {
   }
   s.end_routing();
   detail::GraphHandle g = nullptr;
+  bool empty = false;
+  try {
+    empty = be().stream_capture_node_count(s.capture_stream.handle()) == 0;
+  } catch (...) {  // only the warning depends on it; ending the capture reports real errors
+  }
   try {
     g = be().stream_end_capture(s.capture_stream.handle());
   } catch (const AcceleratorError& e) {
@@ -339,6 +344,7 @@ void CUDAGraph::capture_end_pre() {
   s.capturing = false;
   s.graph = g;
   s.capture_ended = true;
+  s.captured_empty = empty;
   s.sanitizer_accesses = detail::sanitizer::capture_end(s.capture_id);  // sanitizer
   if (s.rng != nullptr) {
     try {
@@ -614,6 +620,7 @@ HookHandle CUDAGraph::register_replay_end_hook(GraphHook hook) {
 }
 
 bool CUDAGraph::keep_graph() const noexcept { return impl_->keep_graph; }
+bool CUDAGraph::captured_empty() const noexcept { return impl_->capture_ended && impl_->captured_empty; }
 bool CUDAGraph::is_capturing() const noexcept { return impl_->capturing; }
 bool CUDAGraph::has_graph() const noexcept { return impl_->graph != nullptr; }
 bool CUDAGraph::has_graph_exec() const noexcept { return impl_->exec != nullptr; }

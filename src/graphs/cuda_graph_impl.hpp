@@ -27,6 +27,7 @@ struct CUDAGraph::Impl {
   // ---- capture ----
   bool capturing = false;
   bool capture_ended = false;   // a capture ended successfully in this cycle (pool() valid)
+  bool captured_empty = false;  // ... and recorded no node
   bool cycle_captured = false;  // capture_begin ran in this cycle (destroy hooks fire)
   int device = -1;
   StreamRef capture_stream = StreamRef::default_for(-1);

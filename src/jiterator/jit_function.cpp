@@ -369,6 +369,28 @@ JitFunction::JitFunction(std::string code, std::vector<Param> params, int num_ou
     throw ValueError("jiterator: '" + impl->parsed.name + "' returns " + impl->parsed.return_type +
                      "; a multi-output function returns void and writes its T& outputs, which "
                      "come after the inputs and the scalar parameters");
+  if (return_by_ref) {
+    // The outputs are the last num_outputs parameters. One passed by value is a copy: the
+    // kernel's writes to it are lost and the output tensor is never written (torch says
+    // nothing and returns garbage). A reference has '&' outside any template arguments.
+    const auto& ps = impl->parsed.params;
+    const int first = static_cast<int>(ps.size()) - num_outputs;
+    for (int i = std::max(first, 0); i < static_cast<int>(ps.size()); ++i) {
+      int depth = 0;
+      bool ref = false;
+      for (char c : ps[static_cast<std::size_t>(i)]) {
+        if (c == '<') ++depth;
+        if (c == '>') --depth;
+        if (c == '&' && depth == 0) ref = true;
+      }
+      if (!ref) {
+        throw ValueError("jiterator: output " + std::to_string(i - first) + " of '" +
+                         impl->parsed.name + "' ('" + ps[static_cast<std::size_t>(i)] +
+                         "') is passed by value, so what the kernel writes to it is lost and "
+                         "the output is never written; declare it as a reference (T& name)");
+      }
+    }
+  }
   impl->code = std::move(code);
   impl->symbol = jit::kernel_symbol(impl->parsed);
   impl->params = std::move(params);

@@ -143,6 +143,27 @@ ParsedCode parse_code(const std::string& code) {
       count_params(s.substr(last->open + 1, last->close - last->open - 1));
   out.num_params = params;
   out.num_defaulted = defaulted;
+  if (params > 0) {  // the parameters' text, from the original code (comments blanked)
+    const std::string list = s.substr(last->open + 1, last->close - last->open - 1);
+    int depth = 0;
+    std::string cur;
+    auto push = [&] {
+      const std::size_t b = cur.find_first_not_of(" \t\r\n");
+      const std::size_t e = cur.find_last_not_of(" \t\r\n");
+      out.params.push_back(b == std::string::npos ? std::string() : cur.substr(b, e - b + 1));
+      cur.clear();
+    };
+    for (char c : list) {
+      if (c == '(' || c == '[' || c == '{' || c == '<') ++depth;
+      if (c == ')' || c == ']' || c == '}' || c == '>') --depth;
+      if (c == ',' && depth == 0) {
+        push();
+        continue;
+      }
+      cur += c;
+    }
+    push();
+  }
   return out;
 }
 

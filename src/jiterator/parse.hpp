@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace cudakit::jit {
 
@@ -18,6 +19,7 @@ struct ParsedCode {
   std::string return_type;  // as written: "T", "void", "float"
   int num_params = 0;       // its top-level parameters
   int num_defaulted = 0;    // ... of which have a default argument
+  std::vector<std::string> params;  // each top-level parameter as written, trimmed
 };
 
 // ValueError naming the expected form (and quoting the start of `code`) when no entry

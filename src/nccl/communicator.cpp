@@ -212,20 +212,11 @@ void Communicator::Impl::wait_ready() {
 void Communicator::Impl::tick() noexcept {
   if (failed_.load(std::memory_order_acquire)) return;
   try {
-    detail::CommError why;
-    const detail::CommState s = comm_->state(&why);
-    if (s == detail::CommState::failed) {
-      fail(why.code, why.message, why.timed_out);
-      return;
-    }
-    if (s == detail::CommState::ready && !ready_.load()) ready_reached();
-    if (s == detail::CommState::initializing && options_.timeout.count() > 0 &&
-        steady_clock::now() - created_ >= options_.timeout) {
-      fail(result::remote_error,
-           "joining did not finish within " + seconds(options_.timeout) + "; the communicator was aborted",
-           true);
-      return;
-    }
+    // Operations first, the communicator's state after them. An operation that a failure
+    // ended (an abort, a dead peer) completes only after the backend recorded the failure, so
+    // a state read made after seeing it complete also sees why; read before, it could miss a
+    // failure that arrived in between, and the operation would be dropped here as finished
+    // (the "all_reduce finished without its peer" flake under TSan).
     std::string late;
     {
       std::lock_guard lock(mu_);
@@ -242,6 +233,20 @@ void Communicator::Impl::tick() noexcept {
         return done;
       });
     }
+    detail::CommError why;
+    const detail::CommState s = comm_->state(&why);
+    if (s == detail::CommState::failed) {
+      fail(why.code, why.message, why.timed_out);
+      return;
+    }
+    if (s == detail::CommState::ready && !ready_.load()) ready_reached();
+    if (s == detail::CommState::initializing && options_.timeout.count() > 0 &&
+        steady_clock::now() - created_ >= options_.timeout) {
+      fail(result::remote_error,
+           "joining did not finish within " + seconds(options_.timeout) + "; the communicator was aborted",
+           true);
+      return;
+    }
     if (!late.empty()) {
       fail(result::remote_error,
            late + " did not finish within " + seconds(options_.timeout) +
@@ -256,12 +261,16 @@ void Communicator::Impl::tick() noexcept {
 void Communicator::Impl::synchronize() {
   auto pause = std::chrono::microseconds(20);
   for (;;) {
-    tick();
-    throw_if_failed();
+    // Emptiness is read before tick(): the watchdog's tick may retire a failed operation at
+    // any moment, and only a state read after that (this tick's) is sure to see the failure.
+    bool idle = false;
     {
       std::lock_guard lock(mu_);
-      if (pending_.empty()) return;
+      idle = pending_.empty();
     }
+    tick();
+    throw_if_failed();
+    if (idle) return;
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::milliseconds(2)) pause *= 2;
   }

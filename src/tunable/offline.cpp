@@ -5,6 +5,7 @@
 // Lines are BLAS-level signatures, so the operands are built from m, n, k, lda, ldb, ldc
 // directly (torch rebuilds torch.mm arguments instead, and cannot tune some shapes that way).
 // Operands are random in [0, 1), as torch.rand, generated on the host and copied over.
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -16,6 +17,7 @@
 #include "cudakit/tunable.hpp"
 #include "kernels/numeric.hpp"
 #include "tunable/dispatch.hpp"
+#include "tunable/results_file.hpp"
 #include "tunable/settings.hpp"
 #include "tunable/signature.hpp"
 #include "tunable/tuner.hpp"
@@ -135,19 +137,41 @@ bool tune_gemm_line(const std::string& raw) {
 
 void tune_gemm_in_file(const std::string& filename) {
   require_tuning("tune_gemm_in_file");
-  std::ifstream in(filename);
-  if (!in) throw ValueError("tune_gemm_in_file(): cannot open '" + filename + "'");
+  errno = 0;
+  std::ifstream in(filename, std::ios::binary);
+  if (!in) {
+    throw ValueError("tune_gemm_in_file(): cannot open '" + filename + "': " +
+                     (errno != 0 ? std::strerror(errno) : "unknown error"));
+  }
   std::string line;
-  int number = 0;
+  int number = 0, gemms = 0;
+  auto where = [&] { return "tune_gemm_in_file(): '" + filename + "', line " + std::to_string(number) + ": "; };
   while (std::getline(in, line)) {
     ++number;
-    if (line.rfind("Gemm", 0) != 0 && line.rfind("ScaledGemm", 0) != 0) continue;  // as torch
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (std::optional<std::string> why = detail::not_text(line)) {
+      throw ValueError(where() + *why + ": an untuned or results file is TunableOp's CSV text "
+                                        "(is this the right file?)");
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos || line.rfind("Validator,", 0) == 0) continue;
+    // torch tunes the Gemm* and ScaledGemm* lines and skips the rest without a word; any other
+    // line is not TunableOp's (a wrong file, or a damaged one), and says so.
+    if (line.rfind("Gemm", 0) != 0 && line.rfind("ScaledGemm", 0) != 0) {
+      throw ValueError(where() + "not a TunableOp line: expected '<op signature>,<params "
+                                 "signature>[,...]' with a GemmTunableOp_ or ScaledGemmTunableOp_ "
+                                 "op, or a Validator line (the line: '" +
+                       detail::quoted_line(line) + "')");
+    }
+    ++gemms;
     try {
       tune_gemm_line(line);
     } catch (const ValueError& e) {
-      throw ValueError("tune_gemm_in_file(): '" + filename + "', line " + std::to_string(number) +
-                       ": " + e.what());
+      throw ValueError(where() + e.what());
     }
+  }
+  if (gemms == 0) {
+    detail::warn("tune_gemm_in_file(): '" + filename + "' has no GEMM lines (" +
+                 std::to_string(number) + " lines read): nothing was tuned");
   }
 }
 

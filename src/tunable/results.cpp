@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <sstream>
 
@@ -22,11 +24,20 @@ namespace {
 std::atomic<bool> g_initialized{false};
 std::mutex g_init_mu;
 
-std::optional<std::string> read_text(const std::string& filename) {
+// The file's bytes, or nullopt with *why (strerror) when it cannot be opened or read.
+std::optional<std::string> read_text(const std::string& filename, std::string* why = nullptr) {
+  errno = 0;
   std::ifstream in(filename, std::ios::binary);
-  if (!in) return std::nullopt;
+  if (!in) {
+    if (why) *why = errno != 0 ? std::strerror(errno) : "cannot be opened";
+    return std::nullopt;
+  }
   std::ostringstream s;
   s << in.rdbuf();
+  if (in.bad()) {
+    if (why) *why = errno != 0 ? std::strerror(errno) : "cannot be read";
+    return std::nullopt;
+  }
   return s.str();
 }
 
@@ -189,9 +200,15 @@ ValidatorMap ResultsStore::validators() {
 }
 
 bool ResultsStore::read_file(const std::string& filename, bool strict) {
-  std::optional<std::string> text = read_text(filename);
+  std::string why;
+  std::optional<std::string> text = read_text(filename, &why);
   if (!text) {
-    log(1, "could not open '" + filename + "' for reading tuning results");
+    // torch only logs this (at verbosity 1) and returns False; an explicit read_file() that
+    // read nothing says so. Reading at enable time (strict false) stays quiet: the file of a
+    // first run does not exist yet.
+    const std::string message = "could not read tuning results from '" + filename + "': " + why;
+    if (strict) warn(message + "; nothing was read (read_file returns False)");
+    else log(1, message);
     return false;
   }
   ResultsFile f;

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <locale>
 #include <sstream>
@@ -44,6 +45,58 @@ bool parse_time(const std::string& s, double& out) {
 
 }  // namespace
 
+std::optional<std::string> not_text(const std::string& line) {
+  const auto* p = reinterpret_cast<const unsigned char*>(line.data());
+  const std::size_t n = line.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c >= 0x20 && c < 0x7f) {
+      ++i;
+      continue;
+    }
+    auto bad = [&](const char* what) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "byte 0x%02x at column %zu is %s", c, i + 1, what);
+      return std::optional<std::string>(buf);
+    };
+    if (c == '\t') {
+      ++i;
+      continue;
+    }
+    if (c < 0x80) return bad("a control character, not text");
+    // A UTF-8 sequence (a validator may carry a non-ASCII name): lead byte, continuations.
+    std::size_t len = 0;
+    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c >= 0xe0 && c <= 0xef) len = 3;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4;
+    if (len == 0) return bad("not UTF-8 text");
+    if (i + len > n) return bad("not UTF-8 text (a truncated sequence)");
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return bad("not UTF-8 text");
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+std::string quoted_line(const std::string& line, std::size_t limit) {
+  std::string out;
+  for (unsigned char c : line) {
+    if (out.size() >= limit) {
+      out += "...";
+      break;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 ResultsFile parse_results(const std::string& text, const std::string& name) {
   ResultsFile out;
   std::istringstream in(text);
@@ -51,11 +104,14 @@ ResultsFile parse_results(const std::string& text, const std::string& name) {
   int number = 0;
   auto fail = [&](const std::string& what) {
     throw ValueError("TunableOp results file '" + name + "', line " + std::to_string(number) +
-                     ": " + what + " (the line: '" + line + "')");
+                     ": " + what + " (the line: '" + quoted_line(line) + "')");
   };
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (std::optional<std::string> why = not_text(line)) {
+      fail(*why + ": a results file is TunableOp's CSV text (is this the right file?)");
+    }
     if (blank(line)) continue;
     std::vector<std::string> f = split_commas(line);
     if (f[0] == "Validator") {

@@ -14,6 +14,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,14 @@ struct ResultsFile {
 
 // Parses a results file's text; `name` is the file name for messages.
 ResultsFile parse_results(const std::string& text, const std::string& name);
+
+// Why `line` is not text — "byte 0xff at column 1 is not UTF-8 text" — or nullopt. Results
+// and untuned files are ASCII CSV; a binary file must be named as such, not quoted raw into
+// an error message (invalid UTF-8 there became Python's ValueError('')).
+std::optional<std::string> not_text(const std::string& line);
+// `line` safe to quote in a message: bytes that are not printable ASCII as \xHH, cut after
+// `limit` characters.
+std::string quoted_line(const std::string& line, std::size_t limit = 200);
 
 // The validator key torch writes; a file carrying it comes from torch.
 inline constexpr const char* kTorchVersionKey = "PT_VERSION";

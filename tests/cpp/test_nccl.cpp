@@ -17,6 +17,8 @@
 #include "comm_test_util.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/nccl.hpp"
+#include "cudakit/ops.hpp"
+#include "nccl/communicator_impl.hpp"
 
 extern char** environ;
 
@@ -360,6 +362,95 @@ TEST(NcclCommunicator, AbortWakesThePeer) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
     EXPECT_THROW(c.check(), nc::NcclError);
+  });
+}
+
+// The interleaving behind a CI flake of AbortWakesThePeer under TSan, made deterministic: a
+// backend whose state() answers "ready" and, before the caller takes its next step, fails and
+// lets the operation it was blocking complete (a peer's abort landing between the
+// watchdog's look at the state and its look at the operations). The operation must not be
+// retired as a success.
+namespace {
+class FailsWhileAnswering final : public detail::BackendComm {
+ public:
+  explicit FailsWhileAnswering(int device) : device_(device) {}
+  int rank() const noexcept override { return 1; }
+  int size() const noexcept override { return 2; }
+  int device() const noexcept override { return device_; }
+  detail::CommState state(detail::CommError* error) noexcept override {
+    if (failed_.load()) {
+      if (error) error->message = "rank 0 aborted the communicator";
+      return detail::CommState::failed;
+    }
+    if (armed_.load()) {  // the answer below is already stale when the caller reads it
+      failed_ = true;
+      release_ = true;
+      try {
+        while (!detail::backend().stream_query(stream_)) std::this_thread::sleep_for(1ms);
+      } catch (...) {
+      }
+    }
+    return detail::CommState::ready;
+  }
+  void abort() noexcept override { failed_ = true, release_ = true; }
+  void enqueue(detail::CommArgs, NativeStream s) override {
+    stream_ = s;
+    detail::backend().launch_host_task(s, [this] {  // the collective, waiting for its peer
+      while (!release_.load()) std::this_thread::sleep_for(1ms);
+    });
+    armed_ = true;
+  }
+
+ private:
+  int device_;
+  NativeStream stream_ = nullptr;
+  std::atomic<bool> armed_{false}, failed_{false}, release_{false};
+};
+}  // namespace
+
+TEST(NcclCommunicator, OperationEndedByAFailureIsNotASuccess) {
+  if (devices() < 1) GTEST_SKIP() << "needs a device";
+  Stream s(0);
+  auto impl = std::make_shared<nc::Communicator::Impl>(std::make_shared<FailsWhileAnswering>(0),
+                                                       on(0, 60s));
+  impl->enqueue(detail::CommArgs{}, StreamRef(s), {}, "all_reduce");
+  try {
+    impl->synchronize();
+    FAIL() << "all_reduce finished without its peer";
+  } catch (const nc::NcclError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(impl->throw_if_failed(), nc::NcclError);
+}
+
+// A communicator's failure belongs to the communicator: the survivor's streams (the one the
+// collective ran on and the device's legacy default stream) keep working after the peer left
+// and after abort(), as on CUDA, where an NCCL failure is no sticky context error.
+TEST(NcclCommunicator, SurvivorsStreamsKeepWorkingAfterThePeerLeft) {
+  REQUIRE_ENGINE(2);
+  const nc::UniqueId id = nc::unique_id();
+  run_ranks(2, [&](int r) {
+    nc::Communicator c(2, id, r, on(r, 120s));
+    if (r == 0) {
+      c.reset();  // gone while rank 1 waits in its all_reduce
+      return;
+    }
+    Tensor t = zeros({4}, device_options(DType::float32, r));
+    c.all_reduce(t);
+    EXPECT_THROW(c.synchronize(), nc::NcclError);
+    auto works = [&](const char* when) {
+      for (StreamRef st : {current_stream(r), default_stream(r)}) {
+        StreamGuard guard(st);
+        Tensor y = full({4}, Scalar(2.0), device_options(DType::float32, r));
+        add_(y, y);
+        EXPECT_NO_THROW(st.sync()) << when;
+        EXPECT_EQ(values(y), std::vector<double>(4, 4.0)) << when;
+      }
+      EXPECT_NO_THROW(synchronize(r)) << when;
+    };
+    works("after the peer left");
+    c.abort();
+    works("after abort()");
   });
 }
 

@@ -613,9 +613,17 @@ TEST_F(TunableTest, RecordsUntunedProblemsOnce) {
   tunable::record_untuned_enable(false);
   tunable::tuning_enable(true);
   tunable::set_max_tuning_iterations(2);
+  // A line that is no TunableOp line at all is an error naming it (torch skips it silently).
+  spit(dir_ / "notes.csv", "Validator,PT_VERSION,2.11.0\nnot a gemm line\n");
+  try {
+    tunable::tune_gemm_in_file((dir_ / "notes.csv").string());
+    ADD_FAILURE() << "a line that is not TunableOp's was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("notes.csv', line 2: not a TunableOp line"), std::string::npos)
+        << e.what();
+  }
   spit(untuned, text + "GemmStridedBatchedTunableOp_float_NN,nn_8_8_8_B_4_ld_8_8_8\n"
-                       "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,tn_16_16_16_ld_16_16_16_rw_0_bias_None\n"
-                       "not a gemm line\n");
+                       "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,tn_16_16_16_ld_16_16_16_rw_0_bias_None\n");
   tunable::tune_gemm_in_file(untuned.string());
   auto r = tunable::get_results();
   ASSERT_EQ(r.size(), 2u);

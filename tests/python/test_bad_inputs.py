@@ -180,7 +180,8 @@ CASES = [
     ("Generator-device", lambda o: ck.Generator(device="tpu"), ValueError, "Invalid device string"),
     ("Generator-set_offset-neg", lambda o: o.gen.set_offset(-1), ValueError, "must be >= 0"),
     ("set_rng_state-short", lambda o: R.set_rng_state(b"short"), ValueError, "16"),
-    ("set_rng_state-str", lambda o: R.set_rng_state("abc"), TypeError, "found str"),
+    ("set_rng_state-str", lambda o: R.set_rng_state("abc"), TypeError,
+     "set_rng_state(): argument 'new_state' must be a uint8 (byte) tensor as returned by get_rng_state(), got str"),
     ("set_rng_state_all-int", lambda o: R.set_rng_state_all(5), TypeError, "new_states"),
     # ---- tensor methods ----
     ("view-mismatch", lambda o: o.f4.view(5), ValueError, "invalid for input of size 4"),
@@ -242,6 +243,22 @@ CASES = [
     ("dlpack-stream-str", lambda o: o.f4.__dlpack__(stream="x"), TypeError, "argument 'stream'"),
     ("dlpack-dl_device-str", lambda o: o.f4.__dlpack__(dl_device="x"), TypeError, "dl_device"),
     ("len-0d", lambda o: len(ck.tensor(1)), TypeError, "0-d"),
+    # ---- issue 24: errors that were silent or unclear ----
+    ("CUDAGraph-keep_graph-str", lambda o: ck.CUDAGraph(keep_graph="x"), TypeError,
+     "CUDAGraph(): argument 'keep_graph'"),
+    ("nvtx-name_category-str-id", lambda o: ck.nvtx.name_category("x", "y"), TypeError,
+     "argument 'category' must be an int id, got str"),
+    ("set_rng_state-floats", lambda o: R.set_rng_state(np.full(16, 1.7)), TypeError, "of dtype float64"),
+    ("set_rng_state_all-floats", lambda o: R.set_rng_state_all([np.full(16, 1.7)] * ck.device_count()),
+     TypeError, "set_rng_state_all(): argument 'new_state'"),
+    ("index-two-ellipses", lambda o: o.m22[..., ..., ...], IndexError, "an index can only have a single ellipsis"),
+    ("setitem-two-ellipses", lambda o: o.m22.__setitem__((..., ...), 1.0), IndexError, "single ellipsis"),
+    ("multi-output-jit-by-value", lambda o: ck.jiterator._create_multi_output_jit_fn(
+        "template <typename T> void f(T x, T& a, T b) { a = x; b = x; }", 2), ValueError,
+     "output 1 of 'f' ('T b') is passed by value"),
+    ("change_current_allocator-after-allocations", lambda o: mem.change_current_allocator(
+        mem.CUDAPluggableAllocator("libc.so.6", "malloc", "free")), RuntimeError,
+     "can't swap an already initialized allocator"),
 ]
 
 

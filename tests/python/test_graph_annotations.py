@@ -173,3 +173,20 @@ def test_remap_on_reinstantiate_and_purge(ck, ga):
     ga.clear_kernel_annotations()
     kept.instantiate()
     assert len(ga.get_kernel_annotations()) == 0
+
+
+def test_scopes_exited_twice_or_out_of_order_are_errors(ck, ga):
+    outer, inner = ga.mark_kernels("outer"), ga.mark_kernels({"name": "inner"})
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(RuntimeError, match=r"mark_kernels\('outer'\): exited while the inner scope "
+                                           r"mark_kernels\(\{'name': 'inner'\}\) is still open"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)  # the right order still works after the error
+    outer.__exit__(None, None, None)
+    with pytest.raises(RuntimeError, match=r"mark_kernels\('outer'\): __exit__ without a matching "
+                                           r"__enter__ \(the scope was exited twice"):
+        outer.__exit__(None, None, None)
+    with ga.mark_kernels("again"):  # scopes still nest normally
+        with ga.mark_kernels("inside"):
+            pass

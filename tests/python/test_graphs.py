@@ -560,3 +560,59 @@ def test_first_rng_capture_under_sync_debug_error(ck):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_captured_matmul_takes_its_cublas_workspace_from_the_pool(ck):
+    """The GEMM library's workspace comes from cudakit's pool, one per (device, stream) as
+    torch's, allocated inside the capture from the graph's private pool: the capture takes
+    nothing from the driver behind the pool, and the workspace shows in the statistics."""
+    a = ck.ones(64, 32, device="cuda")
+    b = ck.ones(32, 16, device="cuda")
+    a @ b  # warm-up: the library's handle of this thread exists before the capture, as in torch
+    s = ck.Stream()  # a stream no product ran on: it has no workspace yet
+    gc.collect()
+    ck.synchronize()
+    ck.empty_cache()
+    free0, reserved0 = ck.mem_get_info()[0], ck.memory_reserved()
+    g = ck.CUDAGraph(keep_graph=True)  # instantiated at the first replay, after the measurement
+    with ck.graph(g, stream=s):
+        c = a @ b
+    ck.synchronize()
+    free1, reserved1 = ck.mem_get_info()[0], ck.memory_reserved()
+    g.replay()
+    ck.synchronize()
+    assert np.all(vals(c) == 32)
+    props = ck.get_device_properties(0)
+    workspace = 32 << 20 if (props.major, props.minor) == (9, 0) else (8 << 20) + (128 << 10)
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
+        pytest.skip("CUBLAS_WORKSPACE_CONFIG sets another workspace size")
+    assert reserved1 - reserved0 >= workspace, (reserved0, reserved1)
+    # What the driver gave during the capture is what the pool reserved (on a GPU the free
+    # memory moves in 2 MiB pages: any allocation behind the pool's back shows).
+    assert (free0 - free1) - (reserved1 - reserved0) < (1 << 20), (free0, free1, reserved0, reserved1)
+    seg = [x for x in ck.memory_snapshot() if x["segment_pool_id"] == g.pool()]
+    assert any(x["total_size"] >= workspace for x in seg), seg
+    # The stream keeps its workspace: the next product on it allocates only its result.
+    allocated = ck.memory_allocated()
+    with ck.stream(s):
+        d = a @ b
+    ck.synchronize()
+    assert np.all(vals(d) == 32)
+    assert ck.memory_allocated() - allocated < (1 << 20)
+
+
+def test_capturing_nothing_warns_as_torch(ck, side):
+    g = ck.CUDAGraph()
+    with pytest.warns(UserWarning, match="The CUDA Graph is empty"):
+        with ck.graph(g, stream=side):
+            pass
+    g2 = ck.CUDAGraph()
+    x, one = ck.ones(4, device="cuda"), ck.ones(4, device="cuda")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a capture with work: no warning
+        with ck.graph(g2, stream=side):
+            x += one
+    g2.replay()
+    ck.synchronize()
+    assert np.all(vals(x) == 2)

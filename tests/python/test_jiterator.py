@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -277,3 +278,69 @@ def test_matches_torch_jiterator_on_torch_tensors(ck):
     assert isinstance(ours, torch.Tensor)  # outputs come back as the inputs' kind
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     torch.testing.assert_close(ours, theirs)
+
+
+# ---- faults in user code: the GPU's sticky AcceleratorError, not the end of the process ----
+
+_FAULT_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import cudakit as ck
+    kind = sys.argv[1]
+    code = {
+        "null": "template <typename T> T bad(T x) { volatile T* p = nullptr; return *p + x; }",
+        "trap": "template <typename T> T bad(T x) { if (x > T(0)) __builtin_trap(); return x; }",
+    }[kind if not kind.startswith("outside") else "null"]
+    x = ck.ones(8, device="cuda")
+    if kind == "outside-faulthandler":  # a handler installed before cudakit's is chained to
+        import faulthandler
+        faulthandler.enable()
+    if kind.startswith("outside"):  # the handlers are installed by a kernel, then a fault elsewhere
+        ok = ck.jiterator._create_jit_fn("template <typename T> T good(T x) { return x + T(1); }")
+        ok(x).cpu()
+        import ctypes
+        ctypes.string_at(0)  # a NULL read in the interpreter itself: must still crash
+        sys.exit(5)
+    fn = ck.jiterator._create_jit_fn(code)
+    y = fn(x)  # enqueued: the fault is reported at the next synchronization, as on a GPU
+    for attempt in range(2):  # sticky
+        try:
+            ck.synchronize()
+        except ck.AcceleratorError as e:
+            print(f"caught {type(e).__name__} {e.code} {e.code_name}: {e}", flush=True)
+        else:
+            sys.exit(3)
+    try:
+        y.cpu()
+    except ck.AcceleratorError as e:
+        print(f"copy caught {e.code}", flush=True)
+    print("alive", flush=True)
+""")
+
+
+def _fault_child(kind):
+    return subprocess.run([sys.executable, "-c", _FAULT_CHILD, kind], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONFAULTHANDLER=""))
+
+
+@pytest.mark.parametrize("kind, code, name", [("null", 700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+                                              ("trap", 715, "CUDA_ERROR_ILLEGAL_INSTRUCTION")])
+def test_a_fault_in_a_kernel_is_a_sticky_accelerator_error(ck, kind, code, name):
+    if kind == "trap" and ck.backend_name() == "cuda":  # a GPU reports its trap instruction so
+        code, name = 719, "CUDA_ERROR_LAUNCH_FAILED"   # (the host's is an illegal opcode, ud2)
+    r = _fault_child(kind)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    caught = [line for line in lines if line.startswith("caught")]
+    assert len(caught) == 2, r.stdout
+    assert all(f"AcceleratorError {code} {name}" in line for line in caught), r.stdout
+    if ck.backend_name() == "emulated":
+        assert "kernel" in caught[0] and "bad" in caught[0] and "sticky" in caught[0], caught[0]
+    assert f"copy caught {code}" in lines and lines[-1] == "alive", r.stdout
+
+
+def test_a_fault_outside_kernels_still_crashes(ck):
+    r = _fault_child("outside")
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    r = _fault_child("outside-faulthandler")  # the previous handler still runs (and reports)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    assert "Fatal Python error: Segmentation fault" in r.stderr, r.stderr

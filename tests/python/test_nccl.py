@@ -318,8 +318,18 @@ WORKER = textwrap.dedent("""
             c.synchronize()
         except nccl.NcclError as e:
             say(f"rank 0 got NcclError after {time.monotonic() - t0:.2f}s: {e}")
-            sys.exit(0)
-        sys.exit(3)
+        else:
+            sys.exit(3)
+        # The communicator's failure is its own: the survivor's default stream still works,
+        # before and after abort().
+        for when in ("after the peer died", "after abort()"):
+            y = ck.full((4,), 2.0, device=f"cuda:{dev}")
+            y += y
+            ck.synchronize(dev)
+            assert y.cpu().numpy().tolist() == [4.0] * 4, (when, y)
+            say(f"rank 0 default stream works {when}")
+            c.abort()
+        sys.exit(0)
     if mode == "fail":
         if rank == 1:
             sys.exit(7)
@@ -370,7 +380,8 @@ def test_file_rendezvous_between_processes(worker, tmp_path):
 
 def test_killed_rank_gives_the_survivor_an_error(worker):
     """SIGKILL one rank while the other waits in a collective: the survivor must get
-    NcclError within its timeout (here at once: the engine notices the dead process)."""
+    NcclError within its timeout (here at once: the engine notices the dead process), and its
+    default stream keeps working (before and after abort())."""
     port = free_port()
     env = dict(WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, TEST_TIMEOUT=30)
     procs = [subprocess.Popen([sys.executable, worker, "kill"], env=child_env(RANK=r, LOCAL_RANK=r, **env),
@@ -381,6 +392,8 @@ def test_killed_rank_gives_the_survivor_an_error(worker):
     assert procs[0].returncode == 0, out0
     assert procs[1].returncode == -signal.SIGKILL
     assert "NcclError" in out0
+    assert "default stream works after the peer died" in out0
+    assert "default stream works after abort()" in out0
     assert time.monotonic() - t0 < 60
 
 

@@ -231,7 +231,30 @@ def test_bad_file_contents_are_reported(tuned, tmp_path):
     with pytest.warns(UserWarning, match=r"rocm.csv' is rejected: validator ROCM_VERSION"):
         assert tunable.read_file(str(other)) is False
     assert not result_for("nn_3_3_3")
-    assert tunable.read_file(str(tmp_path / "absent.csv")) is False
+    # torch's return value (False) for a file that cannot be read, but never silently
+    with pytest.warns(UserWarning, match=r"absent.csv': No such file or directory; nothing was read"):
+        assert tunable.read_file(str(tmp_path / "absent.csv")) is False
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff" * 16)
+    with pytest.raises(ValueError, match=r"binary.csv', line 1: byte 0xff at column 1 is not UTF-8 text"):
+        tunable.read_file(str(binary))
+
+
+def test_tune_gemm_in_file_reports_a_file_that_is_not_tunableops(tuned, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Validator,PT_VERSION,2.11.0\n\nsome notes\n")
+    with pytest.raises(ValueError, match=r"notes.txt', line 3: not a TunableOp line.*'some notes'"):
+        tunable.tune_gemm_in_file(str(notes))
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff" * 16)
+    with pytest.raises(ValueError, match=r"binary.csv', line 1: byte 0xff at column 1 is not UTF-8"):
+        tunable.tune_gemm_in_file(str(binary))
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("Validator,PT_VERSION,2.11.0\n")
+    with pytest.warns(UserWarning, match=r"header.csv' has no GEMM lines .*nothing was tuned"):
+        tunable.tune_gemm_in_file(str(header_only))
+    with pytest.raises(ValueError, match=r"cannot open '.*absent.csv': No such file or directory"):
+        tunable.tune_gemm_in_file(str(tmp_path / "absent.csv"))
 
 
 # ---- environment, untuned recording, offline tuning (fresh processes) ----

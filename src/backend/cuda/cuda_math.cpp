@@ -113,6 +113,13 @@ void CudaBackend::gemm(int device, StreamHandle s, GemmArgs g) {
   void* h = blas_handle(device);
   ContextScope scope(*this, device, "matmul");
   check_status(c.cublasSetStream_v2(h, s), "cuBLAS", "cublasSetStream");
+  // After cublasSetStream, which resets the handle to cuBLAS's own workspace. Ours comes from
+  // the caching allocator (GemmArgs::workspace), so cuBLAS never allocates from the driver:
+  // not outside the pool's statistics, not inside a graph capture.
+  if (g.workspace != nullptr && c.cublasSetWorkspace_v2 != nullptr) {
+    check_status(c.cublasSetWorkspace_v2(h, g.workspace, g.workspace_bytes), "cuBLAS",
+                 "cublasSetWorkspace");
+  }
   check_status(c.cublasGemmEx(h, g.transpose_a ? kCublasOpT : kCublasOpN,
                               g.transpose_b ? kCublasOpT : kCublasOpN, g.m, g.n, g.k, alpha, g.a,
                               type, g.lda, g.b, type, g.ldb, beta, g.c, type, g.ldc, compute,

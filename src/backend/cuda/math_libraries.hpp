@@ -11,6 +11,8 @@
 // immutable table. Handles are per (thread, device) and owned by the cuda backend.
 #pragma once
 
+#include <cstddef>
+
 #include "backend/library_loader.hpp"
 
 namespace cudakit::detail::cuda {
@@ -25,6 +27,7 @@ inline constexpr int kMajorVersion = 0, kMinorVersion = 1, kPatchLevel = 2;  // 
 struct CublasApi {
   int (*cublasCreate_v2)(void** handle) = nullptr;
   int (*cublasSetStream_v2)(void* handle, void* stream) = nullptr;
+  int (*cublasSetWorkspace_v2)(void* handle, void* workspace, std::size_t bytes) = nullptr;  // 11.0+
   int (*cublasGemmEx)(void* handle, int transa, int transb, int m, int n, int k,
                       const void* alpha, const void* A, int Atype, int lda, const void* B,
                       int Btype, int ldb, const void* beta, void* C, int Ctype, int ldc,

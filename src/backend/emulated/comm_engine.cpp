@@ -677,11 +677,38 @@ void EmulatedComm::enqueue(CommArgs a, NativeStream s) {
   backend_.launch_host_kernel(s, task_name(a.kind), [self, args = std::move(a)] { self->run(args); });
 }
 
-void EmulatedComm::run(const CommArgs& a) {
-  if (a.kind == CommKind::send || a.kind == CommKind::recv) {
-    run_group({{shared_from_this(), a}});
-    return;
+void EmulatedComm::run(const CommArgs& a) noexcept {
+  try {
+    if (a.kind == CommKind::send || a.kind == CommKind::recv) {
+      run_group_or_throw({{shared_from_this(), a}});
+    } else {
+      run_or_throw(a);
+    }
+  } catch (const nccl::NcclError& e) {
+    fail_local(e.what(), e.code(), e.timed_out());
+  } catch (const std::exception& e) {
+    fail_local(std::string(comm_kind_name(a.kind)) + " failed on rank " + std::to_string(rank_) +
+                   ": " + e.what(),
+               res::internal_error);
+  } catch (...) {
+    fail_local("unknown exception", res::internal_error);
   }
+}
+
+void EmulatedComm::run_group(
+    const std::vector<std::pair<std::shared_ptr<EmulatedComm>, CommArgs>>& ops) noexcept {
+  try {
+    run_group_or_throw(ops);
+  } catch (const std::exception& e) {
+    // run_group_or_throw recorded an NcclError on the communicator that failed; anything
+    // else (an allocation failure) on every communicator of the group.
+    for (const auto& op : ops) op.first->fail_local(std::string("group failed: ") + e.what(), res::internal_error);
+  } catch (...) {
+    for (const auto& op : ops) op.first->fail_local("group failed: unknown exception", res::internal_error);
+  }
+}
+
+void EmulatedComm::run_or_throw(const CommArgs& a) {
   wait_ready();
   if (a.count == 0) return;  // as NCCL: nothing to do, no synchronization
   try {
@@ -842,7 +869,7 @@ bool EmulatedComm::step(P2p& op) {
   return moved_any;
 }
 
-void EmulatedComm::run_group(
+void EmulatedComm::run_group_or_throw(
     const std::vector<std::pair<std::shared_ptr<EmulatedComm>, CommArgs>>& ops) {
   std::vector<P2p> p2p;
   for (const auto& [comm, a] : ops) {

@@ -84,11 +84,15 @@ class EmulatedComm final : public BackendComm, public std::enable_shared_from_th
   // Attaches to a segment made by comm_init_all, already registered.
   void attach(std::shared_ptr<Segment> seg);
 
-  // Runs one operation now (on a stream worker). Throws NcclError; records the failure.
-  void run(const CommArgs& a);
+  // Runs one operation now (on a stream worker). A failure is recorded on the communicator
+  // (state() reports it, before the task completes) and never thrown: as an NCCL kernel
+  // that an abort or a dead peer ends, the task just finishes, so the stream and every
+  // unrelated operation on it stay usable (a thrown error would become the stream's sticky
+  // error and poison the survivor's default stream).
+  void run(const CommArgs& a) noexcept;
   // Runs several operations of one group task: point-to-point ones together (so sends and
-  // receives in any order cannot deadlock), then collectives in call order.
-  static void run_group(const std::vector<std::pair<std::shared_ptr<EmulatedComm>, CommArgs>>& ops);
+  // receives in any order cannot deadlock), then collectives in call order. Failures as run().
+  static void run_group(const std::vector<std::pair<std::shared_ptr<EmulatedComm>, CommArgs>>& ops) noexcept;
 
  private:
   friend class Segment;
@@ -99,6 +103,9 @@ class EmulatedComm final : public BackendComm, public std::enable_shared_from_th
  
   [[noreturn]] void raise(int code, const std::string& why);
   void collective(const CommArgs& a);
+  void run_or_throw(const CommArgs& a);
+  static void run_group_or_throw(
+      const std::vector<std::pair<std::shared_ptr<EmulatedComm>, CommArgs>>& ops);
   bool step(P2p& op);  // one progress attempt; true when it moved bytes
 
   EmulatedBackend& backend_;

@@ -104,6 +104,7 @@ void EmulatedBackend::event_synchronize(EventHandle e) {
   auto [st, seq] = recorded_position(*ev, "event_synchronize");
   SyncWait wait(*this, SyncKind::event_synchronize, st.get(), ev->device, api.correlation());
   if (st) wait_reached(*st, seq);
+  throw_if_faulted(dev(ev->device));  // the context's sticky error, as cuEventSynchronize
 }
 
 float EmulatedBackend::event_elapsed_ms(EventHandle start, EventHandle end) {

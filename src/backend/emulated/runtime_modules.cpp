@@ -17,6 +17,9 @@
 // the old library. Without memfd (or /proc), a temporary file with a process-unique name is
 // loaded and unlinked.
 //
+// Faults: a kernel runs under run_catching_faults (kernel_faults.hpp), so a SIGSEGV/SIGILL in
+// user code becomes the device's sticky AcceleratorError, as on a GPU.
+//
 // Thread-safety: the compiler lookup runs once (function-local static); compiles use their
 // own temporary directories; dlopen/dlsym are thread-safe.
 #include <dlfcn.h>
@@ -37,6 +40,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "backend/emulated/kernel_faults.hpp"
 #include "backend/emulated/state.hpp"
 #include "cudakit/error.hpp"
 
@@ -343,8 +347,14 @@ void EmulatedBackend::launch_runtime_kernel(FunctionHandle f, Dim3, Dim3, Stream
   // 16-byte aligned copy (the block holds 16-byte aligned slots).
   std::vector<std::uint64_t> block((bytes + 15) / 16 * 2);
   if (bytes) std::memcpy(block.data(), params, bytes);
-  launch_host_kernel(s, "ck_jiterator",
-                     [fn, block = std::move(block), keep = std::move(keep_alive)] { fn(block.data()); });
+  // A fault in user code is the GPU's sticky error, not the end of the process
+  // (kernel_faults.hpp).
+  launch_host_kernel(s, "ck_jiterator", [fn, block = std::move(block), keep = std::move(keep_alive)] {
+    KernelFault fault;
+    if (!run_catching_faults(fn, block.data(), &fault)) {
+      throw kernel_fault_error(fault, reinterpret_cast<const void*>(fn));
+    }
+  });
 }
 
 }  // namespace cudakit::detail::emulated

@@ -95,6 +95,8 @@ struct Stream : std::enable_shared_from_this<Stream> {
   std::uint64_t enqueued = 0;       // guarded by mu
   std::uint64_t completed = 0;      // guarded by mu
   std::string error;                // first task failure (sticky); guarded by mu
+  int error_code = 719;             // its CUresult code (CUDA_ERROR_LAUNCH_FAILED unless the
+                                    // task threw an AcceleratorError); guarded by mu
   bool error_seen_by_device = false;  // device_synchronize reported it once
   bool worker_started = false, destroyed = false;  // guarded by mu
 
@@ -132,6 +134,13 @@ struct Device {
 
   // Telemetry: any task running (utilization), a copy or memset running (memory_usage).
   BusyWindow compute, memory;
+
+  // A fault of a host-compiled kernel (kernel_faults.hpp): the context's sticky error, as a
+  // GPU's illegal address. Set once; every later synchronization of the device reports it.
+  std::atomic<bool> faulted{false};
+  std::mutex fault_mu;  // a leaf; guards the two below
+  int fault_code = 0;
+  std::string fault_name, fault_error;
 };
 
 struct TimeSlot {
@@ -472,7 +481,8 @@ class EmulatedBackend final : public Backend {
   void start_worker(Stream& s);  // s.mu held
   void worker_loop(std::shared_ptr<Stream> s);
   void wait_reached(Stream& s, std::uint64_t seq);
-  void throw_if_failed(Stream& s);  // sticky task errors
+  void throw_if_failed(Stream& s);  // sticky task errors (the stream's, then the device's)
+  void throw_if_faulted(Device& d);  // the device's sticky kernel fault, if any
   void sync_stream(Stream& s);
   bool reached(Stream& s, std::uint64_t seq);
   std::atomic<std::uint64_t> next_stream_id_{1};

@@ -17,14 +17,18 @@
 //
 // Task failures: an exception thrown by a task is caught on the worker, the stream keeps
 // running later work (so events and waits still complete), and the first failure becomes a
-// sticky CUDA_ERROR_LAUNCH_FAILED reported by every later sync/query of that stream (and
-// once by device_synchronize).
+// sticky error reported by every later sync/query of that stream (and once by
+// device_synchronize): CUDA_ERROR_LAUNCH_FAILED, or the code of an AcceleratorError the task
+// threw. A fault of a host-compiled kernel (KernelFaultError, kernel_faults.hpp) is the
+// context's sticky error instead, as a GPU's illegal address: every later sync/query of any
+// stream of the device, event_synchronize and device_synchronize report it, every time.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "backend/emulated/kernel_faults.hpp"
 #include "backend/emulated/state.hpp"
 #include "cudakit/error.hpp"
 
@@ -111,6 +115,7 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     lk.unlock();
     for (const Dep& dep : op.deps) wait_reached(*dep.stream, dep.seq);
     std::string err;
+    int err_code = kLaunchFailed;
     // After exit() began, statics the task may touch are being destroyed: skip the work
     // (ops still complete so nothing waits forever).
     g_running_tasks.fetch_add(1, std::memory_order_acq_rel);
@@ -120,6 +125,19 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
       const std::int64_t t0 = traced ? trace_clock_ns() : 0;
       try {
         op.fn();
+      } catch (const KernelFaultError& e) {
+        err = e.what();
+        err_code = e.code();
+        std::lock_guard fl(d.fault_mu);
+        if (!d.faulted.load(std::memory_order_relaxed)) {
+          d.fault_code = e.code();
+          d.fault_name = e.code_name();
+          d.fault_error = err;
+          d.faulted.store(true, std::memory_order_release);
+        }
+      } catch (const AcceleratorError& e) {
+        err = e.what();
+        err_code = e.code();
       } catch (const std::exception& e) {
         err = e.what();
         if (err.empty()) err = "exception without message";
@@ -132,7 +150,10 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
     op = Op{};  // drop captured state before signalling completion
     g_running_tasks.fetch_sub(1, std::memory_order_acq_rel);
     lk.lock();
-    if (!err.empty() && s.error.empty()) s.error = std::move(err);
+    if (!err.empty() && s.error.empty()) {
+      s.error = std::move(err);
+      s.error_code = err_code;
+    }
     ++s.completed;
     s.cv_done.notify_all();
     if (frees_pending_.load(std::memory_order_relaxed)) {  // device memory waiting for this
@@ -191,15 +212,34 @@ bool EmulatedBackend::reached(Stream& s, std::uint64_t seq) {
   return s.completed >= seq;
 }
 
+void EmulatedBackend::throw_if_faulted(Device& d) {
+  if (!d.faulted.load(std::memory_order_acquire)) return;
+  int code = 0;
+  std::string name, err;
+  {
+    std::lock_guard fl(d.fault_mu);
+    code = d.fault_code;
+    name = d.fault_name;
+    err = d.fault_error;
+  }
+  throw KernelFaultError(code, name, err);
+}
+
 void EmulatedBackend::throw_if_failed(Stream& s) {
+  throw_if_faulted(*s.device);
   std::string err;
+  int code = kLaunchFailed;
   {
     std::lock_guard lk(s.mu);
     if (s.error.empty()) return;
     err = s.error;
+    code = s.error_code;
   }
-  fail(kLaunchFailed, "a task on this stream failed earlier (sticky, like a CUDA launch "
-                      "failure): " + err);
+  if (code == kLaunchFailed) {
+    fail(kLaunchFailed, "a task on this stream failed earlier (sticky, like a CUDA launch "
+                        "failure): " + err);
+  }
+  fail(code, "a task on this stream failed earlier (sticky): " + err);
 }
 
 void EmulatedBackend::sync_stream(Stream& s) {
@@ -327,6 +367,7 @@ void EmulatedBackend::device_synchronize(int device) {
     if (d.legacy) add(d.legacy);
   }
   std::string err;
+  int code = kLaunchFailed;
   SyncWait wait(*this, SyncKind::context_synchronize, nullptr, device, api.correlation());
   for (const Dep& t : targets) {
     wait_reached(*t.stream, t.seq);
@@ -334,11 +375,12 @@ void EmulatedBackend::device_synchronize(int device) {
     if (!t.stream->error.empty() && !t.stream->error_seen_by_device && err.empty()) {
       t.stream->error_seen_by_device = true;
       err = t.stream->error;
+      code = t.stream->error_code;
     }
   }
+  throw_if_faulted(d);
   if (!err.empty()) {
-    fail(kLaunchFailed, "device_synchronize: a task on one of the device's streams failed: " +
-                            err);
+    fail(code, "device_synchronize: a task on one of the device's streams failed: " + err);
   }
 }
 
