@@ -62,6 +62,7 @@ struct TraceData {
   std::vector<std::string> warnings;
   std::string backend, device_source;
   std::size_t dropped_duplicates = 0;  // CUPTI NVTX ranges equal to cudakit.nvtx ones
+  std::size_t untimed = 0;  // records left out for lack of timestamps (index_trace)
 };
 
 // Sorts and indexes `data.store` (filled by the caller along with annotations, devices,
