@@ -9,6 +9,7 @@
 
 #include "cudakit/error.hpp"
 #include "profiler/json_writer.hpp"
+#include "profiler/trace_file.hpp"
 #include "profiler/trace_layout.hpp"
 
 namespace cudakit::profiler::detail {
@@ -131,31 +132,13 @@ void write_all(JsonOut& out, const TraceData& d, const std::string& trace_name) 
   out.finish();
 }
 
-struct FileCtx {
-  std::FILE* f;
-  bool failed = false;
-  int err = 0;
-};
-
 }  // namespace
 
-void write_chrome_trace(const TraceData& d, std::FILE* f, const std::string& path) {
-  FileCtx ctx{f};
-  JsonOut out(
-      [](void* c, const char* data, std::size_t n) {
-        auto* fc = static_cast<FileCtx*>(c);
-        if (fc->failed) return;
-        if (std::fwrite(data, 1, n, fc->f) != n) {
-          fc->failed = true;
-          fc->err = errno;
-        }
-      },
-      &ctx);
-  write_all(out, d, path);
-  if (ctx.failed) {
-    throw Error("export_chrome_trace: writing '" + path + "' failed: " +
-                std::strerror(ctx.err ? ctx.err : EIO));
-  }
+void write_chrome_trace(const TraceData& d, TraceFile& f, const std::string& trace_name) {
+  JsonOut out([](void* c, const char* data, std::size_t n) {
+    static_cast<TraceFile*>(c)->write(data, n);
+  }, &f);
+  write_all(out, d, trace_name);
 }
 
 std::string chrome_trace_json(const TraceData& d, const std::string& trace_name) {

@@ -23,6 +23,7 @@
 #include "nvtx/trace_hook.hpp"
 #include "profiler/chrome_trace.hpp"
 #include "profiler/collector.hpp"
+#include "profiler/trace_file.hpp"
 #include "profiler/trace_data.hpp"
 
 namespace cudakit::profiler {
@@ -366,24 +367,16 @@ std::string Trace::chrome_trace_json() const {
 
 void Trace::export_chrome_trace(const std::string& path) const {
   const detail::TraceData& d = live(impl_).result("export_chrome_trace");
-  if (path.empty()) {
-    throw ValueError("export_chrome_trace: path is empty; pass a file name such as "
-                     "'trace.json'");
-  }
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) {
-    throw Error("export_chrome_trace: cannot open '" + path + "' for writing: " +
-                std::strerror(errno) + " (check that the directory exists and is writable)");
-  }
-  try {
-    detail::write_chrome_trace(d, f, path);
-  } catch (...) {
-    std::fclose(f);
-    throw;
-  }
-  if (std::fclose(f) != 0) {
-    throw Error("export_chrome_trace: closing '" + path + "' failed: " + std::strerror(errno));
-  }
+  detail::TraceFile f(path, "export_chrome_trace");
+  detail::write_chrome_trace(d, f, path);
+  f.close();
+}
+
+void Trace::export_perfetto(const std::string& path) const {
+  const detail::TraceData& d = live(impl_).result("export_perfetto");
+  detail::TraceFile f(path, "export_perfetto");
+  detail::write_perfetto(d, f);
+  f.close();
 }
 
 std::int64_t Trace::base_time_ns() const { return live(impl_).result("base_time_ns").base_ns; }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -488,6 +489,37 @@ TEST_F(Profiled, EveryKernelOfA20kEagerLoopIsTimestamped) {
   trace.stop();
   REQUIRE_DEVICE_RECORDS(trace);
   expect_every_kernel_timed(trace, 20000);
+}
+
+// Issue 28 item 5 from C++ (tests/python/test_profiler_formats.py decodes the files).
+TEST_F(Profiled, ExportsGzipAndPerfettoProtobuf) {
+  Tensor x = zeros({16}, device_options());
+  Tensor one = ones({16}, device_options());
+  synchronize();
+  Trace trace;
+  for (int i = 0; i < 100; ++i) add_(x, one);
+  trace.stop();
+  auto read = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string dir = ::testing::TempDir();
+  trace.export_chrome_trace(dir + "/ck_trace.json.gz");
+  const std::string gz = read(dir + "/ck_trace.json.gz");
+  ASSERT_GE(gz.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(gz[0]), 0x1f);  // gzip magic
+  EXPECT_EQ(static_cast<unsigned char>(gz[1]), 0x8b);
+  EXPECT_LT(gz.size() * 3, trace.chrome_trace_json().size());
+  trace.export_perfetto(dir + "/ck_trace.pftrace");
+  const std::string pf = read(dir + "/ck_trace.pftrace");
+  ASSERT_FALSE(pf.empty());
+  EXPECT_EQ(static_cast<unsigned char>(pf[0]), 0x0A);  // Trace.packet (1, length-delimited)
+  EXPECT_LT(pf.size() * 2, trace.chrome_trace_json().size());
+  EXPECT_NE(pf.find("cuLaunchKernel"), std::string::npos);  // interned names are plain text
+  EXPECT_THROW(trace.export_perfetto(""), ValueError);
+  EXPECT_THROW(trace.export_perfetto(dir + "/no-such-dir/t.pftrace"), Error);
+  std::remove((dir + "/ck_trace.json.gz").c_str());
+  std::remove((dir + "/ck_trace.pftrace").c_str());
 }
 
 TEST(ProfilerTraceCollector, KernelRecordsCostAtMost100BytesEach) {
