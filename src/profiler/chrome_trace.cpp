@@ -117,7 +117,17 @@ void write_header(JsonOut& out, const TraceData& d) {
     if (i) out.raw(",");
     out.str(d.warnings[i]);
   }
-  out.raw("]},\n\"displayTimeUnit\":\"ms\",\n\"baseTimeNanoseconds\":");
+  out.raw("]},\n");
+  if (d.rank >= 0) {  // Kineto's field (merge-ranks reads it)
+    out.raw("\"distributedInfo\":{\"rank\":");
+    out.num(d.rank);
+    if (d.world_size > 0) {
+      out.raw(",\"world_size\":");
+      out.num(d.world_size);
+    }
+    out.raw("},\n");
+  }
+  out.raw("\"displayTimeUnit\":\"ms\",\n\"baseTimeNanoseconds\":");
   out.num(d.base_ns);
   out.raw(",\n\"traceEvents\":[\n");
 }

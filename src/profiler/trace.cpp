@@ -9,6 +9,7 @@
 // and indexes the records once (trace_data.hpp) for export.
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
@@ -300,6 +301,15 @@ void Trace::stop() {
     if (g_active == &s) g_active = nullptr;
   }
   data->base_ns = s.start_ns;
+  auto env_int = [](const char* name) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return -1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    return (*end == '\0' && n >= 0 && n < (1L << 30)) ? static_cast<int>(n) : -1;
+  };
+  data->rank = env_int("RANK");
+  data->world_size = env_int("WORLD_SIZE");
   data->end_ns = trace_clock_ns();
   data->device_source = s.status.source;
   data->warnings = s.warnings;
