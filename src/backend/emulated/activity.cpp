@@ -270,7 +270,7 @@ std::vector<PendingRecord*> EmulatedBackend::reserve_graph_records(
 void EmulatedBackend::run_graph_traced(const GraphData& g, const std::vector<std::size_t>& order,
                                        const Stream& s, std::uint32_t exec_id,
                                        std::uint32_t correlation,
-                                       const std::vector<PendingRecord*>& slots) {
+                                       std::vector<PendingRecord*>& slots) {
   const std::uint64_t graph_bits = static_cast<std::uint64_t>(exec_id) << 32;
   std::size_t slot = 0;
   for (std::size_t i : order) {
@@ -285,8 +285,13 @@ void EmulatedBackend::run_graph_traced(const GraphData& g, const std::vector<std
     if (n.trace.kind != ActivityKind::none) {
       OpTrace t = n.trace;
       t.correlation = correlation;
-      if (!slots.empty()) t.pending = slot < slots.size() ? slots[slot++] : nullptr;
+      PendingRecord** mine = nullptr;
+      if (!slots.empty() && slot < slots.size()) {
+        mine = &slots[slot++];
+        t.pending = *mine;
+      }
       emit_op(s, t, t0, trace_clock_ns(), graph_bits | (n.id & 0xFFFFFFFFull), exec_id);
+      if (mine) *mine = nullptr;  // timed: no longer ours to touch (see graph_launch)
     }
   }
 }

@@ -535,11 +535,11 @@ class EmulatedBackend final : public Backend {
   // ---- graphs ----
   static void run_graph(const GraphData& g, const std::vector<std::size_t>& order);
   // run_graph reporting each kernel/memcpy/memset node to the tracer (activity.cpp).
-  // `slots`: the nodes' records reserved at launch (empty: records made as the nodes run, for
-  // a launch captured into another graph).
+  // `slots`: the nodes' records reserved at launch, each set to null once timed (empty:
+  // records made as the nodes run, for a launch captured into another graph).
   void run_graph_traced(const GraphData& g, const std::vector<std::size_t>& order,
                         const Stream& s, std::uint32_t exec_id, std::uint32_t correlation,
-                        const std::vector<PendingRecord*>& slots);
+                        std::vector<PendingRecord*>& slots);
   std::vector<PendingRecord*> reserve_graph_records(const GraphData& g,
                                                     const std::vector<std::size_t>& order,
                                                     const Stream& s, std::uint32_t exec_id,
