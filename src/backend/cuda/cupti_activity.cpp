@@ -645,21 +645,35 @@ void Session::flush() noexcept {
 }
 
 void Session::wait_for_buffers() noexcept {
-  // Bounded: a CUPTI that keeps a buffer it asked for (an empty one it is still filling)
-  // would otherwise hang stop(). 5 s is far above the callback latency (a buffer's
-  // conversion is ~1 ms per 10k records) and is said in the trace when hit.
+  // Until every requested buffer is back. Two bounds, so stop() cannot hang: a CUPTI that
+  // keeps an empty buffer it is still filling after a forced flush would never match, so
+  // the wait also ends after 250 ms without any buffer arriving (far above the callback
+  // latency: converting a buffer takes ~1 ms per 10k records), and after 5 s in all; only
+  // the 5 s bound is reported (buffers were still arriving: records may be missing).
+  constexpr auto kQuiet = std::chrono::milliseconds(250);
   constexpr auto kLimit = std::chrono::seconds(5);
+  const auto deadline = std::chrono::steady_clock::now() + kLimit;
   std::unique_lock lock(buffers_mu_);
-  const bool all = buffers_cv_.wait_for(lock, kLimit, [&] {
+  auto all_back = [&] {
     return completed_.load(std::memory_order_acquire) >= requested_.load(std::memory_order_acquire);
-  });
-  if (!all) {
-    const std::uint64_t missing = requested_.load() - completed_.load();
-    lock.unlock();
-    if (ActivitySink* sink = sink_.load(std::memory_order_acquire)) {
-      sink->message("CUPTI had not handed back " + std::to_string(missing) +
-                    " activity buffer(s) 5 s after a forced flush: records in them are "
-                    "missing from the trace");
+  };
+  while (!all_back()) {
+    const std::uint64_t before = completed_.load(std::memory_order_acquire);
+    const auto until = std::min(deadline, std::chrono::steady_clock::now() + kQuiet);
+    buffers_cv_.wait_until(lock, until, [&] {
+      return all_back() || completed_.load(std::memory_order_acquire) != before;
+    });
+    if (all_back()) return;
+    if (completed_.load(std::memory_order_acquire) == before) return;  // quiet: none coming
+    if (std::chrono::steady_clock::now() >= deadline) {
+      const std::uint64_t missing = requested_.load() - completed_.load();
+      lock.unlock();
+      if (ActivitySink* sink = sink_.load(std::memory_order_acquire)) {
+        sink->message("CUPTI was still handing back activity buffers 5 s after a forced flush (" +
+                      std::to_string(missing) + " outstanding): records in them are missing "
+                      "from the trace");
+      }
+      return;
     }
   }
 }
