@@ -234,7 +234,7 @@ def test_perfetto_protobuf_decodes_with_the_events_of_the_json(ck, ga, tmp_path)
 def test_perfetto_is_much_smaller_than_the_json(ck, ga, tmp_path):
     """~10k annotated kernels (graph replays and eager launches): the protobuf form against
     the JSON of the same trace. The goal vs torch's JSON for a training step (>= 5x) is
-    measured on the H200 by bench/profiler/trace_size_vs_torch.py."""
+    measured on the H200 by bench/profiler/bench_trace_size.py."""
     t = _traced_step(ck, ga, 10, 800, 2000)
     t.export_chrome_trace(tmp_path / "t.json")
     t.export_perfetto(tmp_path / "t.pftrace")

@@ -65,10 +65,18 @@ def test_traces_beside_16_graph_threads(ck):
             stop.set()
 
     def tracing_thread():
+        seen = []
         try:
             while not stop.is_set():
+                # Python graph hooks for the trace's lifetime too (each call hands the hook
+                # the graph's own Python object, from the graph threads)
+                hooks = [ck.graphs.register_graph_instantiate_hook(
+                             lambda g: seen.append(g._capture_id) if len(seen) < 64 else seen.clear()),
+                         ck.graphs.register_graph_destroy_hook(lambda ids: len(ids))]
                 with ck.profiler.trace() as t:
                     time.sleep(0.005)
+                for h in hooks:
+                    h.remove()
                 ev = t.events()
                 traces.append(sum(1 for e in ev if e.get("cat") == "kernel"))
         except BaseException as e:  # noqa: BLE001
