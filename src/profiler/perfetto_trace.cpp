@@ -18,8 +18,10 @@
 //     TYPE_COUNTER per value, flows -> flow_ids (launch) / terminating_flow_ids (kernel) on
 //     their slices; args -> debug annotations (grid / block as arrays); names, categories and
 //     annotation keys interned in the packet that first uses them.
-// Perfetto's trace processor sorts packets by time on import, so a slice's END packet is
-// written right after its BEGIN.
+// Perfetto's trace processor sorts packets by time on import (ties keep their order), so a
+// slice's END packet is written right after its BEGIN; records starting together come longest
+// first (index_trace), so an enclosing slice begins before what it encloses. The GPU spans of
+// NVTX ranges get a track beside their stream's (they would nest with its kernels).
 //
 // Field numbers: from Perfetto's published protos (github.com/google/perfetto,
 // protos/perfetto/trace/: trace.proto, trace_packet.proto, trace_packet_defaults.proto,
@@ -160,6 +162,10 @@ class PerfettoOut {
     ann_.clear();
     flows_.clear();
     ends_.clear();
+    // Kineto puts the GPU projection of NVTX ranges on the stream's own row; as slices of
+    // the stream's track they would nest with its kernels by event order (they start with
+    // their first kernel), so they get a track of their own beside the stream.
+    span_row_ = cat == "gpu_user_annotation";
     name_iid_ = intern(names_, name, interned::event_names);
     cat_iid_ = cat.empty() ? 0 : intern(categories_, cat, interned::event_categories);
   }
@@ -332,18 +338,22 @@ class PerfettoOut {
     descriptor(desc);
     return uuid;
   }
-  std::uint64_t row_track(std::int64_t pid, std::int64_t tid) {
-    auto it = row_tracks_.find({pid, tid});
-    if (it != row_tracks_.end()) return it->second;
+  std::uint64_t row_track(std::int64_t pid, std::int64_t tid, bool spans = false) {
+    auto& tracks = spans ? span_tracks_ : row_tracks_;
+    auto it = tracks.find({pid, tid});
+    if (it != tracks.end()) return it->second;
     const std::uint64_t parent = process_track(pid);
     const std::uint64_t uuid = ++next_uuid_;
-    row_tracks_.emplace(std::make_pair(pid, tid), uuid);
+    tracks.emplace(std::make_pair(pid, tid), uuid);
     Pb desc;
     desc.u(track::uuid, uuid);
     desc.u(track::parent_uuid, parent);
     auto nt = thread_names_.find({pid, tid});
     std::string name = nt != thread_names_.end() ? nt->second : "";
-    if (is_device(pid)) {
+    if (spans) {
+      desc.str(track::name, (name.empty() ? "stream " + std::to_string(tid) : name) +
+                                " (annotations)");
+    } else if (is_device(pid)) {
       desc.str(track::name, name.empty() ? "stream " + std::to_string(tid) : name);
     } else {
       Pb th;
@@ -402,7 +412,7 @@ class PerfettoOut {
   void flush_pending() {
     if (!pending_) return;
     pending_ = false;
-    const std::uint64_t uuid = row_track(pid_, tid_);
+    const std::uint64_t uuid = row_track(pid_, tid_, span_row_);
     Pb& te = event_;
     te.clear();
     te.u(event::type, ph_ == 'X' ? event::kSliceBegin : event::kInstant);
@@ -436,7 +446,7 @@ class PerfettoOut {
   std::map<std::int64_t, std::string> process_names_, labels_;
   std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names_;
   std::map<std::int64_t, std::uint64_t> process_tracks_;
-  std::map<std::pair<std::int64_t, std::int64_t>, std::uint64_t> row_tracks_;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::uint64_t> row_tracks_, span_tracks_;
   std::map<std::pair<std::int64_t, std::string>, std::uint64_t> counter_tracks_;
   std::uint64_t next_uuid_ = 0;
   // the event being written
@@ -447,6 +457,7 @@ class PerfettoOut {
   std::uint64_t name_iid_ = 0, cat_iid_ = 0;
   std::vector<std::uint64_t> flows_, ends_;
   bool pending_ = false;
+  bool span_row_ = false;  // the event goes on its row's annotation track
 };
 
 }  // namespace

@@ -163,9 +163,12 @@ void index_trace(TraceData& d) {
                          "the trace stopped) and were left out; keep synchronize=True, or "
                          "synchronize the streams before stop()");
   }
+  // By start; of two records starting together the longer first, so an enclosing range
+  // precedes what it encloses (Perfetto's protobuf form nests slices by event order).
   std::stable_sort(d.records.begin(), d.records.end(),
                    [](const ActivityRecord* a, const ActivityRecord* b) {
-                     return a->start_ns < b->start_ns;
+                     if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns;
+                     return a->end_ns > b->end_ns;
                    });
   for (const ActivityRecord* r : d.records) {
     if (r->correlation == 0) continue;

@@ -229,6 +229,18 @@ def test_perfetto_protobuf_decodes_with_the_events_of_the_json(ck, ga, tmp_path)
     finished = {f for e in begins for f in e["ends"]}
     assert finished and finished <= started
     assert any(e["name"] == "step" and e["cat"] == ["user_annotation"] for e in begins)
+    # Slices rebuilt the way trace_processor does (packets sorted by time, ties in file order;
+    # on each track an END closes the innermost open slice) are exactly the JSON's events.
+    rebuilt, stacks = [], {}
+    for e in sorted(events, key=lambda e: e["ts"]):  # sorted() is stable
+        if e["type"] == SLICE_BEGIN:
+            stacks.setdefault(e["track"], []).append(e)
+        elif e["type"] == SLICE_END:
+            b = stacks[e["track"]].pop()
+            rebuilt.append((b["name"], b["ts"], e["ts"] - b["ts"]))
+    assert all(not st for st in stacks.values())
+    expected = [(j["name"], round(j["ts"] * 1000), round(j["dur"] * 1000)) for j in js_slices]
+    assert sorted(rebuilt) == sorted(expected)
 
 
 def test_perfetto_is_much_smaller_than_the_json(ck, ga, tmp_path):
