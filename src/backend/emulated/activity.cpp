@@ -69,7 +69,17 @@ void EmulatedBackend::activity_stop() noexcept {
 }
 
 void EmulatedBackend::activity_synchronize() {
-  for (int d = 0; d < device_count(); ++d) device_synchronize(d);
+  // Devices with a stream (created streams, or the legacy stream once created): like the cuda
+  // backend's "contexts that exist", so the trace gains no sync rows for unused devices.
+  for (int d = 0; d < device_count(); ++d) {
+    Device& dv = dev(d);
+    bool used;
+    {
+      std::lock_guard lock(dv.mu);
+      used = !dv.streams.empty() || dv.legacy != nullptr;
+    }
+    if (used) device_synchronize(d);
+  }
 }
 
 void EmulatedBackend::activity_flush() {
