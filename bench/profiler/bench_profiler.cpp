@@ -1,5 +1,5 @@
 // Tracer costs (issue 10 §3), C++ side, one process, on the backend CUDAKIT_BACKEND selects:
-//   1. a loop of 20,000 tiny add_ kernels (+ synchronize), untraced vs under a Trace: the
+//   1. a loop of 20,000 tiny add_ kernels on 16 elements (+ synchronize), untraced vs under a Trace: the
 //      tracing overhead ratio (goal <= 1.15x; torch.profiler with CPU+CUDA activities: 1.73x
 //      on the H200, 115 ms -> 200 ms);
 //   2. Trace::stop() (flush + collection + indexing) for that trace;
@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
   }
   constexpr int kKernels = 20000, kRuns = 5;
   const std::string path = "/tmp/cudakit_bench_profiler_trace.json";
-  Tensor x = zeros({1}, device_options());
-  Tensor one = ones({1}, device_options());
+  Tensor x = zeros({16}, device_options());
+  Tensor one = ones({16}, device_options());
   add_loop(x, one, 2000);  // warm up (module load, worker threads, allocator)
 
   std::vector<double> plain, traced, stop_s;

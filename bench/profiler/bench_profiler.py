@@ -1,8 +1,13 @@
 """Tracer costs from Python (issue 10 §3), cudakit.profiler.trace side by side with
 torch.profiler in one run when torch is importable:
 
-* a loop of 20,000 tiny ``add_`` kernels + synchronize, untraced vs traced (goal: overhead
-  <= 1.15x; torch.profiler with CPU + CUDA activities measured 1.73x on the H200);
+* a loop of 20,000 tiny ``x.add_(t)`` kernels on 16 elements + synchronize, untraced vs
+  traced (issue 28 item 4, goal: overhead <= 1.15x; torch.profiler with CPU + CUDA
+  activities measured 1.73x on the H200, 3.6x in a busy run), untraced and traced runs
+  interleaved so both see the same machine state;
+* where cudakit's per-kernel cost goes, one source at a time: the trace with every source,
+  without API records (no CUPTI DRIVER / RUNTIME kinds: the launch -> kernel flows), with
+  device records only, and with no device part at all (cudakit's own events);
 * ``export_chrome_trace`` of that trace, in seconds per million events (goal <= 0.3 s;
   torch 2.11: 1.64 s per million);
 * the stop / collection time of each tracer.
@@ -38,11 +43,33 @@ def _count_events(path):
         return len(json.load(f)["traceEvents"])
 
 
+# (label, trace options): the per-source breakdown of the tracing overhead.
+BREAKDOWN = [("traced: device + api + nvtx + memory + graphs", {}),
+             ("traced: no api records (CUPTI DRIVER/RUNTIME off)", {"api": False}),
+             ("traced: device records only", {"api": False, "nvtx": False, "memory": False,
+                                              "graphs": False}),
+             ("traced: no device part (cudakit's own events)", {"device": False, "api": False})]
+
+
+def bench_cudakit_breakdown(ck, x, one):
+    rows = []
+    for label, opts in BREAKDOWN:
+        plain, traced = [], []
+        for _ in range(RUNS):
+            plain.append(_loop(x, one, ck.synchronize))
+            t = ck.profiler.trace(synchronize=False, **opts)
+            t.start()
+            traced.append(_loop(x, one, ck.synchronize))
+            t.stop()
+        rows.append((label, statistics.median(traced) / statistics.median(plain)))
+    return rows
+
+
 def bench_cudakit():
     import cudakit as ck
 
-    x = ck.zeros(1, device="cuda")
-    one = ck.ones(1, device="cuda")
+    x = ck.zeros(16, device="cuda")
+    one = ck.ones(16, device="cuda")
     _loop(x, one, ck.synchronize, 2000)  # warm up
     plain, traced, stops, exports = [], [], [], []
     events = 0
@@ -68,7 +95,8 @@ def bench_cudakit():
             "traced_ms": statistics.median(traced) * 1e3,
             "stop_ms": statistics.median(stops) * 1e3,
             "export_ms": statistics.median(exports) * 1e3,
-            "events": events, "warning": warning, "source": source}
+            "events": events, "warning": warning, "source": source,
+            "breakdown": bench_cudakit_breakdown(ck, x, one)}
 
 
 def bench_torch():
@@ -79,8 +107,8 @@ def bench_torch():
         return None
     if not torch.cuda.is_available():
         return None
-    x = torch.zeros(1, device="cuda")
-    one = torch.ones(1, device="cuda")
+    x = torch.zeros(16, device="cuda")
+    one = torch.ones(16, device="cuda")
     _loop(x, one, torch.cuda.synchronize, 2000)
     plain, traced, stops, exports = [], [], [], []
     events = 0
@@ -141,6 +169,8 @@ def main():
              else "1.64 s/M (2.11, H200)")
     print(f"| export_chrome_trace | {c['export_ms']:.1f} ms / {c['events']} events = "
           f"{per_m(c):.2f} s/M | {t_exp} | <= 0.3 s/M |")
+    for label, ratio in c["breakdown"]:
+        print(f"| cudakit {label} | {ratio:.2f}x | | |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

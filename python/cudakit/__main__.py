@@ -7,6 +7,11 @@ Commands:
           joins graph kernel annotations (cudakit.profiler.save_annotations) with a Chrome
           trace made by torch.profiler or another tool: args.update(annotation) on every event
           whose "graph node id" is annotated. Exit status 2 on unusable input.
+  trace merge-ranks RANK0.json RANK1.json ... -o ALL.json
+          puts the traces of several ranks (cudakit.profiler.trace or torch.profiler, one per
+          rank) on one timeline: one group of process tracks per rank, clocks aligned from
+          each trace's baseTimeNanoseconds (exact on one host; across hosts within the hosts'
+          clock offset). Exit status 2 on unusable input.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p_info = sub.add_parser("info", help="versions, backend, devices, libraries, settings")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
-    p_trace = sub.add_parser("trace", help="trace tools (merge)")
+    p_trace = sub.add_parser("trace", help="trace tools (merge, merge-ranks)")
     trace_sub = p_trace.add_subparsers(dest="trace_command", metavar="TRACE_COMMAND")
     p_merge = trace_sub.add_parser(
         "merge", help="merge graph kernel annotations into a Chrome trace",
@@ -31,12 +36,24 @@ def main(argv: list[str] | None = None) -> int:
     p_merge.add_argument("-o", "--output", required=True, metavar="OUT.json",
                          help="merged trace (.json, or .json.gz to compress)")
     p_merge.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p_ranks = trace_sub.add_parser(
+        "merge-ranks", help="put the traces of several ranks on one timeline",
+        description="Merges one Chrome trace per rank (.json or .json.gz) into one: a group of "
+                    "process tracks per rank, clocks aligned from baseTimeNanoseconds.")
+    p_ranks.add_argument("traces", nargs="+", metavar="RANK.json")
+    p_ranks.add_argument("-o", "--output", required=True, metavar="ALL.json",
+                         help="merged trace (.json, or .json.gz to compress)")
+    p_ranks.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     args = parser.parse_args(argv)
     if args.command == "trace":
         if args.trace_command == "merge":
             from . import _trace_merge
 
             return _trace_merge.main(args.trace, args.annotations, args.output, args.quiet)
+        if args.trace_command == "merge-ranks":
+            from . import _trace_ranks
+
+            return _trace_ranks.main(args.traces, args.output, args.quiet)
         p_trace.print_help(sys.stderr)
         return 2
     if args.command == "info":

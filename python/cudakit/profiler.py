@@ -25,7 +25,6 @@ them offline.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import warnings as _warnings
 
@@ -118,22 +117,23 @@ class trace:
         return self._done("events").events()
 
     def export_chrome_trace(self, path) -> None:
-        """Writes Chrome / Perfetto JSON to ``path`` (gzip-compressed when it ends in ``.gz``)."""
-        t = self._done("export_chrome_trace")
+        """Writes Chrome / Perfetto JSON to ``path`` (gzip-compressed, streamed, when it ends in
+        ``.gz``)."""
+        self._done("export_chrome_trace").export_chrome_trace(self._path(path, "export_chrome_trace"))
+
+    def export_perfetto(self, path) -> None:
+        """Writes Perfetto's native protobuf trace to ``path`` (``.pftrace``; gzip when it ends
+        in ``.gz``): the same events as the JSON, about a quarter of its size, for
+        https://ui.perfetto.dev and trace_processor."""
+        self._done("export_perfetto").export_perfetto(self._path(path, "export_perfetto"))
+
+    @staticmethod
+    def _path(path, what: str) -> str:
         p = os.fspath(path)
         if not isinstance(p, str):
-            raise TypeError(f"export_chrome_trace(): path must be a str or os.PathLike, got "
+            raise TypeError(f"{what}(): path must be a str or os.PathLike, got "
                             f"{type(path).__name__}")
-        if p.endswith(".gz"):
-            data = t.chrome_trace_json()  # raises while recording
-            try:
-                with gzip.open(p, "wb") as f:
-                    f.write(data)
-            except OSError as e:
-                raise RuntimeError(f"export_chrome_trace: cannot write '{p}': "
-                                   f"{e.strerror or e}") from None
-            return
-        t.export_chrome_trace(p)
+        return p
 
     def chrome_trace(self) -> bytes:
         """The Chrome / Perfetto JSON as bytes."""

@@ -99,6 +99,11 @@ void bind(py::module_& m) {
         py::gil_scoped_release release;
         t.export_chrome_trace(p);
       }, py::arg("path"))
+      .def("export_perfetto", [](const Trace& t, py::handle path) {
+        std::string p = to_string(path, {"export_perfetto", "path"});
+        py::gil_scoped_release release;
+        t.export_perfetto(p);
+      }, py::arg("path"))
       .def("chrome_trace_json", [](const Trace& t) {
         std::string s;
         {

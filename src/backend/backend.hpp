@@ -523,8 +523,16 @@ class Backend {
     s.reason = std::string("the ") + name() + " backend records no device activity";
     return s;
   }
-  // Delivers every record buffered so far for work that has completed (call after a device
-  // synchronize to get everything). May block; never called concurrently with start/stop.
+  // Waits for the work enqueued so far on every context this process may have traced work
+  // on (cuda: each primary context cudakit retained, plus the contexts CUPTI reported created
+  // while tracing; emulated: every device), so the records of that work become final. Never
+  // creates a context. Records its waits like any synchronize while a trace records.
+  virtual void activity_synchronize() {}
+  // Delivers every record buffered so far, and returns only once they are delivered (cuda:
+  // a forced CUPTI flush, then a wait for the buffer-completed callbacks CUPTI may still run
+  // on its own thread). Records of work that had not completed come with start = end = 0
+  // (as CUPTI gives them): call activity_synchronize() first. May block; never called
+  // concurrently with start/stop.
   virtual void activity_flush() {}
   // Stops recording and releases the tool; records may still arrive for work in flight.
   virtual void activity_stop() noexcept {}

@@ -23,8 +23,12 @@
 
 namespace cudakit::profiler::detail {
 
-// Writes the JSON to `out` (throws Error naming `path` when a write fails).
-void write_chrome_trace(const TraceData& d, std::FILE* out, const std::string& path);
+class TraceFile;
+
+// Writes the JSON to `f` (trace_file.hpp: plain or gzip; close() reports write errors).
+void write_chrome_trace(const TraceData& d, TraceFile& f, const std::string& trace_name);
+// Writes Perfetto's protobuf trace format (perfetto_trace.cpp).
+void write_perfetto(const TraceData& d, TraceFile& f);
 std::string chrome_trace_json(const TraceData& d, const std::string& trace_name);
 std::vector<TraceEvent> trace_events(const TraceData& d);
 

@@ -148,9 +148,27 @@ void index_trace(TraceData& d) {
     for (std::size_t i = 0; i < d.store.chunk_sizes[c]; ++i) d.records.push_back(chunk + i);
   }
   d.dropped_duplicates = drop_duplicate_markers(d.records);
+  // A record without timestamps (CUPTI gives start = end = 0 for work that had not completed
+  // when its buffer was flushed) cannot be placed: exported, it would sit at 1970 and drag the
+  // trace's base time there. Left out and counted; stop() synchronizes and waits for the
+  // records first, so this happens only with synchronize=false or work still running.
+  const std::size_t before = d.records.size();
+  std::erase_if(d.records, [](const ActivityRecord* r) {
+    return r->start_ns <= 0 || r->end_ns < r->start_ns;
+  });
+  d.untimed = before - d.records.size();
+  if (d.untimed) {
+    d.warnings.push_back(std::to_string(d.untimed) +
+                         " device records had no timestamps (their work had not completed when "
+                         "the trace stopped) and were left out; keep synchronize=True, or "
+                         "synchronize the streams before stop()");
+  }
+  // By start; of two records starting together the longer first, so an enclosing range
+  // precedes what it encloses (Perfetto's protobuf form nests slices by event order).
   std::stable_sort(d.records.begin(), d.records.end(),
                    [](const ActivityRecord* a, const ActivityRecord* b) {
-                     return a->start_ns < b->start_ns;
+                     if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns;
+                     return a->end_ns > b->end_ns;
                    });
   for (const ActivityRecord* r : d.records) {
     if (r->correlation == 0) continue;

@@ -62,6 +62,11 @@ struct TraceData {
   std::vector<std::string> warnings;
   std::string backend, device_source;
   std::size_t dropped_duplicates = 0;  // CUPTI NVTX ranges equal to cudakit.nvtx ones
+  // RANK / WORLD_SIZE of the process's environment at stop (torchrun's and cudakit.launch's
+  // variables; -1 when unset): written as Kineto's distributedInfo, which
+  // `python -m cudakit trace merge-ranks` reads.
+  int rank = -1, world_size = -1;
+  std::size_t untimed = 0;  // records left out for lack of timestamps (index_trace)
 };
 
 // Sorts and indexes `data.store` (filled by the caller along with annotations, devices,

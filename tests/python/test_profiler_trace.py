@@ -232,7 +232,7 @@ def test_bad_arguments_and_paths(ck, tmp_path):
     with pytest.raises(RuntimeError, match="No such file") as e:
         t.export_chrome_trace(missing)
     assert missing in str(e.value)
-    with pytest.raises(RuntimeError, match="cannot write"):
+    with pytest.raises(RuntimeError, match="No such file"):  # gzip: written by cudakit too
         t.export_chrome_trace(missing + ".gz")
     with pytest.raises(TypeError):
         t.export_chrome_trace(12)

@@ -184,6 +184,7 @@ class CudaBackend final : public Backend {
 
   // ---- activity tracing through CUPTI (cupti_activity.cpp) ----
   ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) override;
+  void activity_synchronize() override;
   void activity_flush() override;
   void activity_stop() noexcept override;
 

@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -202,6 +204,9 @@ class Session {
   ActivityStatus start(ActivitySink* sink, const ActivityConfig& cfg);
   void flush() noexcept;
   void stop() noexcept;
+  // Contexts CUPTI reported created while tracing that are still alive (other libraries'
+  // contexts: cudakit's primary contexts are synchronized from the backend's own slots).
+  std::vector<CUcontext> created_contexts();
 
   static void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
                                         std::size_t* max_records);
@@ -225,7 +230,21 @@ class Session {
   int device_of_context(std::uint32_t context_id);
   void enable_kinds(const ActivityConfig& cfg, bool on, std::string* error);
 
+  // Waits until CUPTI has handed back every buffer it asked for (see flush()).
+  void wait_for_buffers() noexcept;
+
   std::atomic<ActivitySink*> sink_{nullptr};
+  // Buffers handed to CUPTI / handed back: a forced flush returns every buffer, but the
+  // completion callbacks may run on CUPTI's own thread after cuptiActivityFlushAll returns
+  // (seen with some CUPTI versions), so flush() waits until the counts match.
+  std::atomic<std::uint64_t> requested_{0}, completed_{0};
+  std::mutex buffers_mu_;
+  std::condition_variable buffers_cv_;
+  // Records CUPTI handed back with start == 0 (not completed when flushed): dropped here,
+  // reported once per flush.
+  std::atomic<std::uint64_t> untimed_{0};
+  std::mutex contexts_mu_;
+  std::vector<CUcontext> contexts_;  // created_contexts()
   std::int64_t offset_ns_ = 0;
   bool subscribed_ = false;
   ActivityConfig cfg_;
@@ -300,6 +319,7 @@ void CUPTIAPI Session::buffer_requested(std::uint8_t** buffer, std::size_t* size
   *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
   *max_records = 0;  // as many as fit
+  if (*buffer) get().requested_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void CUPTIAPI Session::buffer_completed(CUcontext ctx, std::uint32_t stream_id,
@@ -320,6 +340,12 @@ void CUPTIAPI Session::buffer_completed(CUcontext ctx, std::uint32_t stream_id,
     }
   }
   std::free(buffer);
+  if (buffer) {
+    // Notified under the mutex so flush()'s wait cannot miss it between its check and sleep.
+    std::lock_guard lock(s.buffers_mu_);
+    s.completed_.fetch_add(1, std::memory_order_acq_rel);
+    s.buffers_cv_.notify_all();
+  }
 }
 
 void Session::convert(const CUpti_Activity* a) noexcept {
@@ -328,6 +354,7 @@ void Session::convert(const CUpti_Activity* a) noexcept {
     // The fields that kernel, copy and memset records carry alike.
     auto device_work = [&](const auto& m, ActivityKind kind) {
       learn_context(m.contextId, m.deviceId);
+      if (m.start == 0) untimed_.fetch_add(1, std::memory_order_relaxed);
       r.kind = kind;
       r.start_ns = ts(m.start);
       r.end_ns = ts(m.end);
@@ -452,6 +479,16 @@ void Session::on_callback(void* user, std::uint32_t domain, std::uint32_t cbid,
     std::lock_guard lock(s->mu_);
     s->learn_context(context, device);
   }
+  if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED ||
+      cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+    try {
+      std::lock_guard lock(s->contexts_mu_);
+      std::erase(s->contexts_, rd->context);
+      if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) s->contexts_.push_back(rd->context);
+    } catch (...) {  // allocation failure: that context is not synchronized at stop
+    }
+    return;
+  }
   if (cbid != CUPTI_CBID_RESOURCE_STREAM_CREATED &&
       cbid != CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
     return;
@@ -555,6 +592,7 @@ ActivityStatus Session::start(ActivitySink* sink, const ActivityConfig& cfg) {
   subscribed_ = true;
   auto& sub = CuptiSubscriber::instance();
   sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, true);
+  sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, true);
   sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_STREAM_CREATED, true);
   sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING, true);
   // Registered every session: another tool (torch.profiler) may have replaced ours since.
@@ -589,21 +627,80 @@ ActivityStatus Session::start(ActivitySink* sink, const ActivityConfig& cfg) {
   return st;
 }
 
+// Forced: every buffer comes back, full or not (an unforced flush returns only full buffers
+// whose records are all complete, so the last records of a trace would wait for the next
+// one). The caller synchronized first, so no record is incomplete; one that is anyway
+// (synchronize=false, work still running) has start == 0 and is counted in convert().
 void Session::flush() noexcept {
-  if (subscribed_ && fns().flush_all) fns().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (!subscribed_ || !fns().flush_all) return;
+  fns().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  wait_for_buffers();
+  if (const std::uint64_t n = untimed_.exchange(0, std::memory_order_relaxed)) {
+    if (ActivitySink* sink = sink_.load(std::memory_order_acquire)) {
+      sink->message("CUPTI returned " + std::to_string(n) +
+                    " device records without timestamps (their work had not completed when "
+                    "the trace stopped): they are left out");
+    }
+  }
+}
+
+void Session::wait_for_buffers() noexcept {
+  // Until every requested buffer is back. Two bounds, so stop() cannot hang: a CUPTI that
+  // keeps an empty buffer it is still filling after a forced flush would never match, so
+  // the wait also ends after 250 ms without any buffer arriving (far above the callback
+  // latency: converting a buffer takes ~1 ms per 10k records), and after 5 s in all; only
+  // the 5 s bound is reported (buffers were still arriving: records may be missing).
+  constexpr auto kQuiet = std::chrono::milliseconds(250);
+  constexpr auto kLimit = std::chrono::seconds(5);
+  const auto deadline = std::chrono::steady_clock::now() + kLimit;
+  std::unique_lock lock(buffers_mu_);
+  auto all_back = [&] {
+    return completed_.load(std::memory_order_acquire) >= requested_.load(std::memory_order_acquire);
+  };
+  while (!all_back()) {
+    const std::uint64_t before = completed_.load(std::memory_order_acquire);
+    const auto until = std::min(deadline, std::chrono::steady_clock::now() + kQuiet);
+    buffers_cv_.wait_until(lock, until, [&] {
+      return all_back() || completed_.load(std::memory_order_acquire) != before;
+    });
+    if (all_back()) return;
+    if (completed_.load(std::memory_order_acquire) == before) return;  // quiet: none coming
+    if (std::chrono::steady_clock::now() >= deadline) {
+      const std::uint64_t missing = requested_.load() - completed_.load();
+      lock.unlock();
+      if (ActivitySink* sink = sink_.load(std::memory_order_acquire)) {
+        sink->message("CUPTI was still handing back activity buffers 5 s after a forced flush (" +
+                      std::to_string(missing) + " outstanding): records in them are missing "
+                      "from the trace");
+      }
+      return;
+    }
+  }
+}
+
+std::vector<CUcontext> Session::created_contexts() {
+  std::lock_guard lock(contexts_mu_);
+  return contexts_;
 }
 
 void Session::stop() noexcept {
   if (!subscribed_) return;
   enable_kinds(cfg_, false, nullptr);
   fns().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  wait_for_buffers();  // what arrives after this would belong to no trace
   sink_.store(nullptr, std::memory_order_release);
+  untimed_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(contexts_mu_);
+    contexts_.clear();
+  }
   {
     std::lock_guard lock(mu_);
     markers_.clear();
   }
   auto& sub = CuptiSubscriber::instance();
   sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, false);
+  sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, false);
   sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_STREAM_CREATED, false);
   sub.enable(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING, false);
   sub.remove(&Session::on_callback, this);
@@ -614,6 +711,25 @@ void Session::stop() noexcept {
 
 ActivityStatus CudaBackend::activity_start(ActivitySink* sink, const ActivityConfig& config) {
   return Session::get().start(sink, config);
+}
+
+void CudaBackend::activity_synchronize() {
+  // cudakit's primary contexts, without retaining any it does not hold already.
+  cu_device(0, "activity_synchronize");  // builds the device slots (throws without a driver)
+  for (int i = 0; i < slot_count_; ++i) {
+    if (slots_[i].ctx.load(std::memory_order_acquire) != nullptr) device_synchronize(i);
+  }
+  // Contexts other libraries created while tracing (errors ignored: one may be in teardown).
+  const EntryPoints& t = api("activity_synchronize");
+  for (CUcontext c : Session::get().created_contexts()) {
+    bool ours = false;
+    for (int i = 0; i < slot_count_; ++i) ours = ours || slots_[i].ctx.load() == c;
+    if (ours) continue;
+    CUcontext previous = nullptr;
+    if (t.cuCtxGetCurrent(&previous) != CUDA_SUCCESS) continue;
+    if (t.cuCtxSetCurrent(c) == CUDA_SUCCESS) t.cuCtxSynchronize();
+    t.cuCtxSetCurrent(previous);
+  }
 }
 
 void CudaBackend::activity_flush() { Session::get().flush(); }
@@ -630,6 +746,12 @@ ActivityStatus CudaBackend::activity_start(ActivitySink*, const ActivityConfig&)
   st.reason = "no device activity: cudakit was built without the CUPTI headers "
               "(cupti_activity.h)";
   return st;
+}
+void CudaBackend::activity_synchronize() {
+  cu_device(0, "activity_synchronize");
+  for (int i = 0; i < slot_count_; ++i) {
+    if (slots_[i].ctx.load(std::memory_order_acquire) != nullptr) device_synchronize(i);
+  }
 }
 void CudaBackend::activity_flush() {}
 void CudaBackend::activity_stop() noexcept {}

@@ -23,9 +23,17 @@ void CuptiSubscriber::dispatch(void* self, std::uint32_t domain, std::uint32_t c
                                const void* data) noexcept {
   auto* s = static_cast<CuptiSubscriber*>(self);
   for (Slot& slot : s->slots_) {
-    Callback fn = slot.fn.load(std::memory_order_acquire);
-    if (fn) fn(slot.user.load(std::memory_order_relaxed), domain, cbid, data);
+    if (const Client* c = slot.client.load(std::memory_order_acquire)) {
+      c->fn(c->user, domain, cbid, data);
+    }
   }
+}
+
+const CuptiSubscriber::Client* CuptiSubscriber::intern(Callback fn, void* user) {
+  for (const Client& c : clients_seen_) {
+    if (c.fn == fn && c.user == user) return &c;
+  }
+  return &clients_seen_.emplace_back(Client{fn, user});
 }
 
 #if CUDAKIT_HAVE_CUPTI_HEADERS
@@ -107,9 +115,8 @@ std::string CuptiSubscriber::add(Callback fn, void* user) {
     handle_ = h;
   }
   for (Slot& slot : slots_) {
-    if (slot.fn.load(std::memory_order_relaxed) == nullptr) {
-      slot.user.store(user, std::memory_order_relaxed);
-      slot.fn.store(fn, std::memory_order_release);
+    if (slot.client.load(std::memory_order_relaxed) == nullptr) {
+      slot.client.store(intern(fn, user), std::memory_order_release);
       ++clients_;
       return "";
     }
@@ -124,10 +131,9 @@ std::string CuptiSubscriber::add(Callback fn, void* user) {
 void CuptiSubscriber::remove(Callback fn, void* user) noexcept {
   std::lock_guard lock(mu_);
   for (Slot& slot : slots_) {
-    if (slot.fn.load(std::memory_order_relaxed) == fn &&
-        slot.user.load(std::memory_order_relaxed) == user) {
-      slot.fn.store(nullptr, std::memory_order_release);
-      slot.user.store(nullptr, std::memory_order_relaxed);
+    const Client* c = slot.client.load(std::memory_order_relaxed);
+    if (c != nullptr && c->fn == fn && c->user == user) {
+      slot.client.store(nullptr, std::memory_order_release);
       if (--clients_ == 0 && handle_) {
         for (auto& [key, count] : wanted_) {
           if (count > 0) {

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -51,11 +52,21 @@ class CuptiSubscriber {
   CuptiSubscriber() = default;
 
   static constexpr int kMaxClients = 8;
-  struct Slot {
-    std::atomic<Callback> fn{nullptr};
-    std::atomic<void*> user{nullptr};
+  // A client is one (fn, user) pair behind one pointer, so a dispatch racing remove() or a
+  // re-add() calls a matching pair: with fn and user in two atomics it could read a live fn
+  // with the user a concurrent remove() had just cleared (a null Session* on CUPTI's thread).
+  // Pairs are interned and never freed (a handful per process: one per client object), so a
+  // dispatch that loaded one just before remove() still reads valid memory.
+  struct Client {
+    Callback fn;
+    void* user;
   };
+  struct Slot {
+    std::atomic<const Client*> client{nullptr};
+  };
+  const Client* intern(Callback fn, void* user);  // mu_ held
   Slot slots_[kMaxClients];
+  std::deque<Client> clients_seen_;  // every pair ever added (stable addresses)
   std::mutex mu_;
   void* handle_ = nullptr;  // CUpti_SubscriberHandle while any client is registered
   int clients_ = 0;

@@ -7,11 +7,21 @@
 //     wait event) is a driver-API record named and numbered like the driver call it stands
 //     for (cuLaunchKernel, cuMemcpyAsync, ...), with a fresh correlation id;
 //   * the op it enqueued reports a kernel / memcpy / memset record with that correlation id
-//     when the stream's worker runs it (start/end around the task);
+//     (start/end around the task);
 //   * a graph replay reports every kernel / memcpy / memset node with the cuGraphLaunch's
 //     correlation id, the exec graph id and the node's graph node id
 //     ((exec id << 32) | node id, as CUPTI reports and get_graph_data() / annotations use);
 //   * waits report synchronization records; stream creation / destruction stream records.
+// Device records are buffered the way CUPTI buffers them, so the tracer meets the same
+// conditions on both backends (issue 28: a tracer that flushed before synchronizing lost the
+// timestamps of most kernels on the GPU, and nothing here could show it): a record is
+// reserved when its work is enqueued, gets its timestamps when the stream's worker has run
+// it, and reaches the sink only when activity_flush() hands the buffer out (or when more
+// than kBufferRecords wait: the completed ones at the front go, as CUPTI returns full
+// buffers). activity_flush() is forced, as the tracer asks CUPTI: a record whose work has
+// not run yet goes out with start = end = 0, exactly what CUPTI does with such a record.
+// Host-side records (API calls, waits, stream lifecycle) are delivered at once.
+//
 // Kernels report grid = block = (1, 1, 1), no registers and no shared memory: a host task
 // has none, and inventing numbers would make the occupancy columns lie.
 //
@@ -42,6 +52,12 @@ ActivityStatus EmulatedBackend::activity_start(ActivitySink* sink, const Activit
   st.api = config.api && sink != nullptr;
   st.nvtx = false;  // no NVTX tool here: cudakit.nvtx ranges are recorded by the tracer itself
   st.source = "emulated backend clock";
+  {
+    // Records a previous trace left (work that completed after it stopped) belong to none.
+    std::lock_guard lock(pending_mu_);
+    for (PendingRecord& p : pending_) p.delivered = true;
+    deliver_records_locked(false);
+  }
   device_sink_.store(st.device ? sink : nullptr, std::memory_order_release);
   api_sink_.store(st.api ? sink : nullptr, std::memory_order_release);
   return st;
@@ -50,6 +66,83 @@ ActivityStatus EmulatedBackend::activity_start(ActivitySink* sink, const Activit
 void EmulatedBackend::activity_stop() noexcept {
   device_sink_.store(nullptr, std::memory_order_release);
   api_sink_.store(nullptr, std::memory_order_release);
+}
+
+void EmulatedBackend::activity_synchronize() {
+  // Devices with a stream (created streams, or the legacy stream once created): like the cuda
+  // backend's "contexts that exist", so the trace gains no sync rows for unused devices.
+  for (int d = 0; d < device_count(); ++d) {
+    Device& dv = dev(d);
+    bool used;
+    {
+      std::lock_guard lock(dv.mu);
+      used = !dv.streams.empty() || dv.legacy != nullptr;
+    }
+    if (used) device_synchronize(d);
+  }
+}
+
+void EmulatedBackend::activity_flush() {
+  std::lock_guard lock(pending_mu_);
+  deliver_records_locked(true);
+}
+
+namespace {
+constexpr std::size_t kBufferRecords = 4096;  // records per "buffer" before a partial hand-out
+}  // namespace
+
+PendingRecord* EmulatedBackend::reserve_record(const Stream& s, const OpTrace& t,
+                                               std::uint64_t graph_node_id,
+                                               std::uint32_t graph_id) {
+  std::lock_guard lock(pending_mu_);
+  if (pending_.size() >= kBufferRecords) deliver_records_locked(false);
+  PendingRecord& p = pending_.emplace_back();
+  ActivityRecord& r = p.r;
+  r.kind = t.kind;
+  r.name = t.name;
+  r.id = graph_node_id;
+  r.value = t.bytes;
+  r.correlation = t.correlation;
+  r.stream = s.trace_id;
+  r.device = static_cast<std::int16_t>(s.device->index);
+  r.graph_id = graph_id;
+  if (t.kind == ActivityKind::kernel) {
+    r.u.kernel = ActivityRecord::Kernel{{1, 1, 1}, {1, 1, 1}, 0, 0, 0};
+  } else {
+    r.detail = t.copy_kind;
+    r.u.copy = ActivityRecord::Copy{t.src_kind, t.dst_kind};
+  }
+  return &p;
+}
+
+void EmulatedBackend::cancel_record(PendingRecord* p) noexcept {
+  if (p == nullptr || p->done.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(pending_mu_);
+  p->cancelled = true;
+  p->done.store(true, std::memory_order_release);
+}
+
+void EmulatedBackend::deliver_records_locked(bool forced) noexcept {
+  ActivitySink* sink = device_sink();
+  auto hand_out = [&](PendingRecord& p, bool timed) {
+    p.delivered = true;
+    if (sink == nullptr || p.cancelled) return;
+    ActivityRecord r = p.r;
+    r.start_ns = timed ? p.start.load(std::memory_order_relaxed) : 0;
+    r.end_ns = timed ? p.end.load(std::memory_order_relaxed) : 0;
+    sink->record(r);
+  };
+  if (forced) {
+    for (PendingRecord& p : pending_) {
+      if (!p.delivered) hand_out(p, p.done.load(std::memory_order_acquire));
+    }
+  }
+  // A record leaves the buffer once it is delivered and its work ran (the worker may still
+  // write a record a forced flush handed out early).
+  while (!pending_.empty() && pending_.front().done.load(std::memory_order_acquire)) {
+    if (!pending_.front().delivered) hand_out(pending_.front(), true);
+    pending_.pop_front();
+  }
 }
 
 EmulatedBackend::ApiCall::ApiCall(EmulatedBackend& b, const char* name,
@@ -127,8 +220,15 @@ OpTrace EmulatedBackend::memset_trace(const void* dst, std::size_t bytes) {
 void EmulatedBackend::emit_op(const Stream& s, const OpTrace& t, std::int64_t start,
                               std::int64_t end, std::uint64_t graph_node_id,
                               std::uint32_t graph_id) noexcept {
+  if (t.kind == ActivityKind::none) return;
+  if (PendingRecord* p = t.pending) {
+    p->start.store(start, std::memory_order_relaxed);
+    p->end.store(end, std::memory_order_relaxed);
+    p->done.store(true, std::memory_order_release);
+    return;
+  }
   ActivitySink* sink = device_sink();
-  if (sink == nullptr || t.kind == ActivityKind::none) return;
+  if (sink == nullptr) return;
   ActivityRecord r;
   r.kind = t.kind;
   r.start_ns = start;
@@ -162,10 +262,27 @@ void EmulatedBackend::emit_stream(ActivityKind kind, const Stream& s) noexcept {
   sink->record(r);
 }
 
+std::vector<PendingRecord*> EmulatedBackend::reserve_graph_records(
+    const GraphData& g, const std::vector<std::size_t>& order, const Stream& s,
+    std::uint32_t exec_id, std::uint32_t correlation) {
+  const std::uint64_t graph_bits = static_cast<std::uint64_t>(exec_id) << 32;
+  std::vector<PendingRecord*> slots;
+  for (std::size_t i : order) {
+    const GraphNode& n = g.nodes[i];
+    if (!n.fn || n.type == GraphNodeType::host || n.trace.kind == ActivityKind::none) continue;
+    OpTrace t = n.trace;
+    t.correlation = correlation;
+    slots.push_back(reserve_record(s, t, graph_bits | (n.id & 0xFFFFFFFFull), exec_id));
+  }
+  return slots;
+}
+
 void EmulatedBackend::run_graph_traced(const GraphData& g, const std::vector<std::size_t>& order,
                                        const Stream& s, std::uint32_t exec_id,
-                                       std::uint32_t correlation) {
+                                       std::uint32_t correlation,
+                                       std::vector<PendingRecord*>& slots) {
   const std::uint64_t graph_bits = static_cast<std::uint64_t>(exec_id) << 32;
+  std::size_t slot = 0;
   for (std::size_t i : order) {
     const GraphNode& n = g.nodes[i];
     if (!n.fn) continue;
@@ -178,7 +295,13 @@ void EmulatedBackend::run_graph_traced(const GraphData& g, const std::vector<std
     if (n.trace.kind != ActivityKind::none) {
       OpTrace t = n.trace;
       t.correlation = correlation;
+      PendingRecord** mine = nullptr;
+      if (!slots.empty() && slot < slots.size()) {
+        mine = &slots[slot++];
+        t.pending = *mine;
+      }
       emit_op(s, t, t0, trace_clock_ns(), graph_bits | (n.id & 0xFFFFFFFFull), exec_id);
+      if (mine) *mine = nullptr;  // timed: no longer ours to touch (see graph_launch)
     }
   }
 }

@@ -87,13 +87,39 @@ void EmulatedBackend::graph_launch(GraphExecHandle h, StreamHandle sh) {
   ApiCall api(*this, "cuGraphLaunch", cbid::cuGraphLaunch);
   GraphExecObj* e = exec_ptr(h);
   Stream* s = resolve(sh);
-  HostTask fn;
   if (device_sink() != nullptr) {  // a trace records: report every node (activity.cpp)
-    fn = [this, data = e->data, order = e->order, st = s->shared_from_this(), id = e->id,
-          corr = api.correlation()] { run_graph_traced(*data, order, *st, id, corr); };
-  } else {
-    fn = [data = e->data, order = e->order] { run_graph(*data, order); };
+    // Captured into another graph: its replays report the nodes as they run.
+    HostTask captured = [this, data = e->data, order = e->order, st = s->shared_from_this(),
+                         id = e->id, corr = api.correlation()] {
+      std::vector<PendingRecord*> none;
+      run_graph_traced(*data, order, *st, id, corr, none);
+    };
+    if (capture_node(*s, GraphNodeType::graph, "graph", std::move(captured))) return;
+    // Launched: the nodes' records are reserved now, as CUPTI does at launch.
+    // Owned by the task: records of nodes that never ran (the task failed or was skipped at
+    // exit, or was never enqueued) are cancelled when it is destroyed. run_graph_traced
+    // clears each entry it times: a timed record may leave the buffer (and be freed) at the
+    // next flush, so the destructor must not touch it.
+    struct Slots {
+      EmulatedBackend* b = nullptr;
+      std::vector<PendingRecord*> v;
+      ~Slots() {
+        for (PendingRecord* p : v) {
+          if (p) b->cancel_record(p);
+        }
+      }
+    };
+    auto slots = std::make_shared<Slots>();
+    slots->b = this;
+    slots->v = reserve_graph_records(*e->data, e->order, *s, e->id, api.correlation());
+    HostTask fn = [this, data = e->data, order = e->order, st = s->shared_from_this(),
+                   id = e->id, corr = api.correlation(), slots] {
+      run_graph_traced(*data, order, *st, id, corr, slots->v);
+    };
+    submit(*s, std::move(fn));
+    return;
   }
+  HostTask fn = [data = e->data, order = e->order] { run_graph(*data, order); };
   if (capture_node(*s, GraphNodeType::graph, "graph", std::move(fn))) return;
   submit(*s, std::move(fn));
 }

@@ -64,12 +64,26 @@ struct Dep {
 // What an op or a captured node reports to the tracer when it runs (activity.cpp). Filled
 // at enqueue while a trace records (ops) and always at capture (nodes: a trace may start
 // after the capture). kind none: the op reports nothing.
+struct PendingRecord;
+
 struct OpTrace {
   const char* name = nullptr;  // kernel name (a literal); memcpy/memset: null
+  // The record reserved for this op at enqueue (activity.cpp); null for nodes and untraced
+  // ops.
+  PendingRecord* pending = nullptr;
   std::uint64_t bytes = 0;
   std::uint32_t correlation = 0;  // of the API call that enqueued it (0 for nodes)
   ActivityKind kind = ActivityKind::none;
   std::uint8_t copy_kind = 0, src_kind = 0, dst_kind = 0;
+};
+
+// A device record waiting for its work's timestamps (EmulatedBackend::reserve_record).
+struct PendingRecord {
+  ActivityRecord r;  // everything but the timestamps, written at reservation
+  std::atomic<std::int64_t> start{0}, end{0};
+  std::atomic<bool> done{false};  // timestamps written (release) or cancelled
+  bool delivered = false;         // handed to the sink (pending_mu_)
+  bool cancelled = false;         // never delivered (pending_mu_ or before `done`)
 };
 
 struct Op {
@@ -355,7 +369,8 @@ class EmulatedBackend final : public Backend {
   void comm_group_end() override;
 
   ActivityStatus activity_start(ActivitySink* sink, const ActivityConfig& config) override;
-  void activity_flush() override {}  // records are delivered as the work runs
+  void activity_synchronize() override;
+  void activity_flush() override;
   void activity_stop() noexcept override;
 
   // ---- activity records (activity.cpp) ----
@@ -405,7 +420,15 @@ class EmulatedBackend final : public Backend {
   // Tag for a memcpy (kinds from the pointers) / memset / kernel, when `wanted`.
   OpTrace copy_trace(const void* dst, const void* src, std::size_t bytes);
   OpTrace memset_trace(const void* dst, std::size_t bytes);
-  // Emits the record of an op or node that ran on `s` from `start` to `end`.
+  // Device records are buffered as CUPTI buffers them (activity.cpp): reserved when the work
+  // is enqueued, timed when it runs, handed to the sink by activity_flush() (or when the
+  // buffer is long). Reserves the record of an op on `s` (call with a sink set).
+  PendingRecord* reserve_record(const Stream& s, const OpTrace& t, std::uint64_t graph_node_id,
+                                std::uint32_t graph_id);
+  // Marks a reserved record as never to be timed (its work will not run).
+  void cancel_record(PendingRecord* p) noexcept;
+  // Emits the record of an op or node that ran on `s` from `start` to `end` (into its
+  // reserved record when it has one).
   void emit_op(const Stream& s, const OpTrace& t, std::int64_t start, std::int64_t end,
                std::uint64_t graph_node_id = 0, std::uint32_t graph_id = 0) noexcept;
   void emit_stream(ActivityKind kind, const Stream& s) noexcept;
@@ -522,8 +545,19 @@ class EmulatedBackend final : public Backend {
   // ---- graphs ----
   static void run_graph(const GraphData& g, const std::vector<std::size_t>& order);
   // run_graph reporting each kernel/memcpy/memset node to the tracer (activity.cpp).
+  // `slots`: the nodes' records reserved at launch, each set to null once timed (empty:
+  // records made as the nodes run, for a launch captured into another graph).
   void run_graph_traced(const GraphData& g, const std::vector<std::size_t>& order,
-                        const Stream& s, std::uint32_t exec_id, std::uint32_t correlation);
+                        const Stream& s, std::uint32_t exec_id, std::uint32_t correlation,
+                        std::vector<PendingRecord*>& slots);
+  std::vector<PendingRecord*> reserve_graph_records(const GraphData& g,
+                                                    const std::vector<std::size_t>& order,
+                                                    const Stream& s, std::uint32_t exec_id,
+                                                    std::uint32_t correlation);
+  // Hands buffered records to the sink: forced, every one not handed out yet (those whose
+  // work has not run with start = end = 0, as CUPTI's forced flush does); else the completed
+  // ones at the front. pending_mu_ held.
+  void deliver_records_locked(bool forced) noexcept;
 
   Config config_;
   std::vector<std::unique_ptr<Device>> devices_;
@@ -531,6 +565,8 @@ class EmulatedBackend final : public Backend {
   std::atomic<ActivitySink*> device_sink_{nullptr};
   std::atomic<ActivitySink*> api_sink_{nullptr};
   std::atomic<std::uint32_t> next_correlation_{1};
+  std::mutex pending_mu_;
+  std::deque<PendingRecord> pending_;  // deque: a record's address is stable while it waits
   std::atomic<std::uint32_t> next_trace_stream_id_{13};  // legacy streams are 7, as CUPTI numbers them
 };
 

@@ -146,6 +146,8 @@ void EmulatedBackend::worker_loop(std::shared_ptr<Stream> sp) {
       }
       if (traced) emit_op(s, op.trace, t0, trace_clock_ns());
       d.compute.note(false);
+    } else if (op.trace.pending != nullptr) {
+      cancel_record(op.trace.pending);  // skipped work: its record must not wait forever
     }
     op = Op{};  // drop captured state before signalling completion
     g_running_tasks.fetch_sub(1, std::memory_order_acq_rel);
@@ -173,7 +175,13 @@ std::uint64_t EmulatedBackend::submit(Stream& s, HostTask fn, std::vector<Dep> d
   auto push = [&]() {
     std::lock_guard sl(s.mu);
     if (s.destroyed) fail(errc::invalid_handle, "work enqueued on a destroyed stream");
-    s.queue.push_back(Op{std::move(fn), std::move(deps), trace});
+    OpTrace t = trace;
+    // Reserved in enqueue order under the stream's lock: the buffer holds a stream's records
+    // in the order its work runs (as CUPTI's per-stream buffers do).
+    if (t.kind != ActivityKind::none && device_sink() != nullptr) {
+      t.pending = reserve_record(s, t, 0, 0);
+    }
+    s.queue.push_back(Op{std::move(fn), std::move(deps), t});
     std::uint64_t seq = ++s.enqueued;
     if (!s.worker_started) start_worker(s);
     s.cv_work.notify_one();
