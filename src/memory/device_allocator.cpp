@@ -155,17 +155,10 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t alloc_size,
                                       detail::StreamHandle stream) {
   if (would_exceed_limit(alloc_size)) return nullptr;
   PluggedAllocator* source = pool.owner ? pool.owner->source.get() : nullptr;
-  void* p = nullptr;
-  if (pool.owner) {
-    // Private pools (graph capture, MemPool) may grow while a capture is live: relaxed mode
-    // allows the device allocation on this thread, as torch's cudaMallocMaybeCapturing. Safe:
-    // the segment is never freed while a graph may still replay into it.
-    detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
-    p = source ? source->allocate(alloc_size, device_, stream)
-               : backend_.mem_alloc(device_, alloc_size);
-  } else {
-    p = backend_.mem_alloc(device_, alloc_size);
-  }
+  // Runs in relaxed capture mode (grow()). Private pools' segments are never freed while a
+  // graph may still replay into them (release_unowned_pools).
+  void* p = source ? source->allocate(alloc_size, device_, stream)
+                   : backend_.mem_alloc(device_, alloc_size);
   if (!p) return nullptr;
   Block* b = new_block();
   b->ptr = reinterpret_cast<std::uintptr_t>(p);
@@ -191,7 +184,7 @@ Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle s
   std::lock_guard g(fast_lock_);
   // Pool routes and pending record_stream events need the full path (routing decisions,
   // and reuse order after events complete).
-  if (!routes_.empty() || !pending_.empty()) return nullptr;
+  if (!routes_.empty() || !pending_.empty() || !capture_deferred_.empty()) return nullptr;
   Block* b = quick_.take(stream, size);
   if (!b) return nullptr;
   b->requested = orig_size;
@@ -240,20 +233,6 @@ void DeviceAllocator::quick_flush() {
 
 // ---- allocation ----
 
-void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle stream) {
-  // Larger than the device (or than any size the arithmetic is checked for): no cache flush
-  // or retry can help, and no statistic but num_ooms changes.
-  Locked lock(*this);
-  stats_.oom();
-  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
-  throw OutOfMemoryError("CUDA out of memory. Tried to allocate " + std::to_string(size) +
-                             " bytes on GPU " + std::to_string(device_) + ", which has " +
-                             std::to_string(total_memory_) +
-                             " bytes in total: no device could hold the request (check the "
-                             "size computation)",
-                         device_, size, 0, total_memory_);
-}
-
 Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream,
                                std::uint8_t client) {
   if (orig_size > max_request_) reject_impossible(orig_size, stream);
@@ -264,7 +243,13 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   }
   Locked lock(*this);
   if (async_backend_) return malloc_async(lock, orig_size, stream, client);
-  if (!pending_.empty()) process_events();
+  // No event is queried while a capture may be underway (torch's rule: querying an event
+  // recorded in a capture is an error, and one outside it may be a forbidden call then);
+  // frees deferred by capture get their events once it is over.
+  if (!capture_underway()) {
+    if (!capture_deferred_.empty()) flush_capture_deferred(lock);
+    if (!pending_.empty()) process_events();
+  }
   const std::size_t size = round_size(orig_size);
   Block* b = take_cached(size, stream);
   bool moving = false;
@@ -301,6 +286,18 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   BlockPool& pool = pool_for(size, stream);
   const bool caching = caching_enabled();
   if (cfg_.garbage_collection_threshold > 0 && caching) garbage_collect();
+  // A private pool grows while its capture is live, and so may the default pool for an
+  // allocation on a capturing stream that the capture's filter does not route (torch's
+  // cudaMallocMaybeCapturing): relaxed capture mode on this thread lets the device
+  // allocation through; it enqueues no work, so nothing leaks into the capture. Another
+  // thread's allocation for a stream that is not captured keeps the thread's mode: a
+  // global-mode capture then refuses it, as CUDA and torch do (that is what global mode
+  // is for). The legacy default stream is never asked (asking about it during a capture is
+  // itself an error) and never captures.
+  const bool relax = pool.owner || (stream && backend_.stream_capture_status(stream, nullptr) !=
+                                                  detail::CaptureStatus::none);
+  std::optional<detail::ThreadCaptureModeGuard> relaxed;
+  if (relax) relaxed.emplace(backend_, detail::CaptureMode::relaxed);
   Block* b = nullptr;
   if (cfg_.expandable_segments && caching && !pool.owner) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
@@ -323,15 +320,23 @@ Block* DeviceAllocator::retry_after_release(Locked& lock, std::size_t size,
     bool moving = false;
     return b ? b : grow(size, stream, /*may_move=*/false, moving);
   };
+  // While a capture is underway nothing is waited for or freed but unowned pools (see
+  // empty_cache()).
+  const bool capturing = capture_underway();
   // 1. Cached blocks that can satisfy the request go back to the device.
-  if (release_available(lock, pool_for(size, stream), size)) {
+  if (!capturing && release_available(lock, pool_for(size, stream), size)) {
     lock.unlock();  // runs the device frees
     lock.lock();
     if (Block* b = attempt()) return b;
   }
   // 2. Blocks awaiting record_stream events, then everything cached.
-  wait_for_pending_events(lock);
-  release_cached(lock);
+  if (capturing) {
+    release_unowned_pools();
+  } else {
+    flush_capture_deferred(lock);
+    wait_for_pending_events(lock);
+    release_cached(lock);
+  }
   lock.unlock();
   lock.lock();
   if (Block* b = attempt()) return b;
@@ -406,6 +411,15 @@ bool DeviceAllocator::free(void* ptr) {
     finish_free_async(work);
     return true;
   }
+  if (!b->stream_uses.empty() && capture_underway()) {
+    // An event recorded now on a capturing stream would be a captured event, which can
+    // never be queried: the block waits in limbo (event_count 1 marks it busy) until no
+    // capture is underway, and its events are recorded then (flush_capture_deferred), as
+    // torch's needs_events_deferred_until_no_capture.
+    b->event_count = 1;
+    capture_deferred_.push_back(b);
+    return true;
+  }
   if (!b->stream_uses.empty()) {
     // Reuse must wait for the other streams' work enqueued so far. The events are created and
     // recorded with no allocator lock held: cuEventCreate takes a driver lock that a thread
@@ -432,6 +446,39 @@ bool DeviceAllocator::free(void* ptr) {
   free_block(b);
   lock.unlock();  // an uncached block's segment goes back to the device here
   return true;
+}
+
+void DeviceAllocator::flush_capture_deferred(Locked& lock) {
+  // Locks held, no capture underway. As free() does for a block used on other streams: the
+  // events are taken under the locks and recorded without them.
+  std::vector<Block*> blocks;
+  blocks.swap(capture_deferred_);
+  std::vector<std::vector<std::pair<detail::EventHandle, detail::StreamHandle>>> marks(
+      blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    Block* b = blocks[i];
+    for (detail::StreamHandle s : b->stream_uses) {
+      detail::EventHandle e = nullptr;
+      if (!spare_events_.empty()) {
+        e = spare_events_.back();
+        spare_events_.pop_back();
+      }
+      marks[i].emplace_back(e, s);
+    }
+    b->event_count = static_cast<int>(marks[i].size());  // replaces free()'s limbo marker
+    b->stream_uses.clear();
+  }
+  lock.unlock();
+  std::exception_ptr error;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    try {
+      record_free_events(blocks[i], marks[i]);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  lock.lock();
+  if (error) std::rethrow_exception(error);
 }
 
 void DeviceAllocator::record_free_events(
