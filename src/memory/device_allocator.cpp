@@ -661,6 +661,27 @@ AllocatorConfig DeviceAllocator::settings() {
 
 void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
   Locked lock(*this);
+  // expandable_segments and max_split_size_mb apply to later segments and requests, as in
+  // torch: segments of both kinds coexist in a pool (every path that works on expandable
+  // pages checks the block's own segment kind), and split decisions read the size per call.
+  if (c.expandable_segments && !cfg_.expandable_segments && vm_page_ == kSmallBuffer) {
+    const std::size_t g = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
+    vm_page_ = (kSmallBuffer + g - 1) / g * g;
+  }
+  cfg_.expandable_segments = c.expandable_segments;
+  if (c.max_split_size != cfg_.max_split_size) {
+    cfg_.max_split_size = c.max_split_size;
+    stats_.set_max_split_size(c.max_split_size);
+    std::int64_t allocations = 0, segments = 0;
+    for (const auto& [ptr, b] : active_)
+      if (!b->parked && b->allocated && !b->async && oversize(b->size)) ++allocations;
+    for (const Block* h : segment_heads_) {
+      std::size_t n = 0;
+      for (const Block* x = h; x; x = x->next) n += x->size;
+      if (oversize(n)) ++segments;
+    }
+    stats_.recount_oversize(allocations, segments);
+  }
   cfg_.garbage_collection_threshold = c.garbage_collection_threshold;
   cfg_.max_non_split_rounding = c.max_non_split_rounding;
   cfg_.roundup_power2_divisions = c.roundup_power2_divisions;

@@ -3,9 +3,12 @@
 // they were made for, exactly (current, peak, totals), whatever path the allocator takes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
@@ -357,4 +360,101 @@ TEST(MemoryPlugin, CapturingStreamAllocationOutsideThePoolIsAllowed) {
   EXPECT_NO_THROW(p = h.malloc(37 << 20, 0, as_torch(s.handle())));
   EXPECT_NO_THROW(b.graph_destroy(b.stream_end_capture(s.handle())));
   if (p) h.free(p, 37 << 20, 0, nullptr);
+}
+
+// torch's catch clause for its Python-typed errors (torch/csrc/Exceptions.h), as torch's
+// Python layer sees the hook's exception: matched by type name across libraries.
+struct _object;
+namespace torch {
+struct PyTorchError : std::exception {
+  virtual _object* python_type() = 0;
+};
+}  // namespace torch
+
+TEST(MemoryPlugin, HookMallocRaisesTorchsOutOfMemoryTypeAndNotifiesObservers) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  // Static: observers stay registered for the life of the process.
+  static int fake_type = 0;  // stands for torch.OutOfMemoryError (a PyObject* the hook returns)
+  static std::vector<std::size_t> seen;
+  add_torch_oom_observer([](int device, std::size_t requested, std::size_t allowed,
+                             std::size_t free) {
+    EXPECT_EQ(device, 0);
+    EXPECT_GT(allowed, 0u);
+    EXPECT_LE(free, allowed);
+    seen.push_back(requested);
+  });
+  const std::size_t huge = std::size_t(800000000) << 30;  // test_out_of_memory's request
+  set_torch_out_of_memory_type(&fake_type);
+  try {
+    h.malloc(huge, 0, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (torch::PyTorchError& e) {
+    EXPECT_EQ(static_cast<void*>(e.python_type()), &fake_type);
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("CUDA out of memory. Tried to allocate 800000000.00 GiB. GPU 0 has a "
+                         "total capacity of ", 0), 0u) << what;
+  }
+  set_torch_out_of_memory_type(nullptr);
+  EXPECT_THROW(h.malloc(huge, 0, nullptr), OutOfMemoryError);
+  try {
+    h.malloc(std::size_t(1) << 61, 0, nullptr);  // torch refuses >= 1 EiB with its own words
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("Tried to allocate more than 1EB memory"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(seen, (std::vector<std::size_t>{huge, huge, std::size_t(1) << 61}));
+}
+
+TEST(MemoryPlugin, PoolStateCheckpointAndRestore) {
+  // CUDA graph trees' sequence (TestBlockStateAbsorption): the state at the end of a
+  // recording, the outputs die, the state is put back (the outputs' blocks are allocated
+  // again, in the same layout), then the blocks are freed one by one.
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  const TorchMempoolId pool{4250, 0};
+  const MempoolId mine = torch_pool_id(pool);
+  Stream s;
+  TorchCapture cap(s, pool);
+  std::vector<void*> small;
+  for (int i = 0; i < 11; ++i) small.push_back(h.malloc(512, 0, cap.stream));
+  void* big = h.malloc(12 << 20, 0, cap.stream);
+  cap.end();
+  for (int i = 0; i < 11; ++i)
+    if (i != 5 && i != 8) h.free(small[i], 512, 0, nullptr);
+  auto live = [&] {
+    auto v = pool_live_allocations(mine, 0);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto addr = [](void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  std::vector<std::uintptr_t> expect{addr(small[5]), addr(small[8]), addr(big)};
+  std::sort(expect.begin(), expect.end());
+  EXPECT_EQ(live(), expect);
+  const PoolState st = get_pool_state(mine, 0);
+  ASSERT_EQ(st.segments.size(), 2u);
+  const std::string layout = memory_snapshot_json(mine);
+  h.free(small[5], 512, 0, nullptr);
+  h.free(small[8], 512, 0, nullptr);
+  h.free(big, 12 << 20, 0, nullptr);
+  EXPECT_TRUE(live().empty());
+  void* later = h.malloc(4096, 0, as_torch(s.handle()));  // default pool: unaffected
+  const std::int64_t allocated = memory_stats_of().allocated_bytes[0].current;
+  const PoolStateDelta d = set_pool_state(st);
+  EXPECT_TRUE(d.freed.empty());
+  std::vector<std::uintptr_t> got = d.allocated;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expect);
+  EXPECT_EQ(live(), expect);
+  EXPECT_EQ(memory_snapshot_json(mine), layout) << "the same blocks, sizes and states";
+  EXPECT_EQ(memory_stats_of().allocated_bytes[0].current, allocated + 512 + 512 + (12 << 20));
+  // Restoring again frees what is live now and allocates the recorded blocks.
+  const PoolStateDelta again = set_pool_state(st);
+  EXPECT_EQ(again.freed.size(), 3u);
+  EXPECT_EQ(live(), expect);
+  for (std::uintptr_t p : expect) caching_allocator_delete(reinterpret_cast<void*>(p));
+  EXPECT_TRUE(live().empty());
+  h.free(later, 4096, 0, nullptr);
+  h.release_pool(0, pool);
+  empty_cache();
+  EXPECT_THROW(set_pool_state(st), ValueError) << "the pool's memory is gone";
+  EXPECT_THROW(pool_live_allocations(mine, 0), ValueError);
 }

@@ -260,10 +260,23 @@ def test_allocator_settings_reach_cudakit(interop, torch):
     with pytest.raises(ValueError, match="roundup_power2_divisions.*power of two"):
         torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:3")
     # fixed once the pool allocated: refused with cudakit's reason, torch's copy unchanged
-    with pytest.raises(ValueError, match="expandable_segments"):
-        torch.cuda.memory._set_allocator_settings(
-            "expandable_segments:" + ("False" if _expandable() else "True"))
+    with pytest.raises(ValueError, match="backend"):
+        torch.cuda.memory._set_allocator_settings("backend:cudaMallocAsync")
     assert torch.settings_calls == ["roundup_power2_divisions:4"]
+    # applied live, as torch does: later segments have the new kind, the old ones stay
+    flip = "False" if _expandable() else "True"
+    interop.empty_cache()
+    try:
+        keep = interop.caching_allocator_alloc(3 << 20)  # a segment of the kind in force
+        torch.cuda.memory._set_allocator_settings("expandable_segments:" + flip)
+        p = interop.caching_allocator_alloc(30 << 20)  # fits no cached block: a new segment
+        interop.caching_allocator_delete(keep)
+        kinds = {s["is_expandable"] for s in torch.cuda.memory.memory_snapshot()}
+        interop.caching_allocator_delete(p)
+        assert kinds == {True, False}
+    finally:
+        torch.cuda.memory._set_allocator_settings(
+            "expandable_segments:" + ("False" if flip == "True" else "True"))
     torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:0")  # the default
 
 
