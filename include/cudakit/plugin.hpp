@@ -73,8 +73,10 @@ bool is_torch_pool_id(MempoolId cudakit_id) noexcept;
 // MemPool(use_on_oom, no_split) creates it (torch's pluggable interface has no hook for pool
 // creation, so cudakit.memory's torch.cuda.MemPool replacement calls this); drop the
 // reference with the table's release_pool. A second call adds a reference.
+// With `source` (torch.cuda.MemPool(allocator=...)), the pool's segments come from that
+// allocator instead of the device, as torch's.
 void create_torch_pool(int device, TorchMempoolId id, bool use_on_oom = false,
-                       bool no_split = false);
+                       bool no_split = false, const PluggableAllocator* source = nullptr);
 // References to torch's pool `id` on `device` (0 when it does not exist).
 int torch_pool_use_count(int device, TorchMempoolId id);
 

@@ -511,21 +511,17 @@ def _make_mempool_class(torch: Any) -> type:
         """torch.cuda.MemPool served by cudakit (use_with_torch): a private pool of cudakit's
         allocator, with an id in torch's space (from ``torch.cuda.graph_pool_handle()``), so
         ``torch.cuda.use_mem_pool(pool)`` and ``torch.cuda.graph(pool=pool.id)`` route to it
-        through the pluggable allocator's pool hooks. ``allocator=`` is not supported: the
-        pool's segments come from cudakit."""
+        through the pluggable allocator's pool hooks. With ``allocator=`` (a
+        ``torch.cuda.memory.CUDAPluggableAllocator`` made after use_with_torch()), the pool's
+        segments come from that allocator's functions, as torch's."""
 
         def __init__(self, allocator: Any = None, use_on_oom: bool = False,
                      no_split: bool = False):
-            if allocator is not None:
-                raise NotImplementedError(
-                    "torch.cuda.MemPool(allocator=...) is not available while torch allocates "
-                    "from cudakit's pool (use_with_torch()): a pool's segments come from "
-                    "cudakit. For segments from your own allocator use "
-                    "cudakit.memory.MemPool(cudakit.memory.CUDAPluggableAllocator(...)).")
+            source = None if allocator is None else _pool_source(allocator)
             self._device = torch.cuda.current_device()
             self._id = tuple(torch.cuda.graph_pool_handle())
-            _C._mem_torch_pool_create(self._device, self._id, use_on_oom, no_split)
-            self.allocator = None
+            _C._mem_torch_pool_create(self._device, self._id, use_on_oom, no_split, source)
+            self.allocator = allocator
 
         @property
         def id(self) -> tuple[int, int]:
@@ -546,6 +542,45 @@ def _make_mempool_class(torch: Any) -> type:
     MemPool.__module__ = "torch.cuda.memory"
     MemPool.__qualname__ = "MemPool"
     return MemPool
+
+
+# torch._C._cuda_customAllocator(alloc_fn, free_fn) calls made since the patch: the raw
+# allocator object's id -> (object, alloc address, free address). torch's allocator objects
+# do not expose their functions again, and torch.cuda.MemPool(allocator=...) needs them.
+_custom_allocators: dict[int, tuple[Any, int, int]] = {}
+
+
+def _make_custom_allocator(original: Any) -> Any:
+    def custom_allocator(alloc_fn: int, free_fn: int) -> Any:
+        """cudakit (use_with_torch): torch's _cuda_customAllocator, remembering the functions
+        so that torch.cuda.MemPool(allocator=...) can take its segments from them."""
+        raw = original(alloc_fn, free_fn)
+        with _lock:
+            _custom_allocators[id(raw)] = (raw, int(alloc_fn), int(free_fn))
+        return raw
+
+    custom_allocator.__wrapped__ = original
+    return custom_allocator
+
+
+def _pool_source(allocator: Any) -> Any:
+    """The cudakit allocator behind torch's ``allocator`` (a torch.cuda.memory
+    _CUDAAllocator / CUDAPluggableAllocator, or cudakit's own)."""
+    from . import memory as ck_memory
+
+    if isinstance(allocator, ck_memory._CUDAAllocator):
+        return allocator.allocator()
+    if isinstance(allocator, _C._PluggableAllocator):
+        return allocator
+    raw = allocator.allocator() if hasattr(allocator, "allocator") else allocator
+    entry = _custom_allocators.get(id(raw))
+    if entry is None or entry[0] is not raw:
+        raise NotImplementedError(
+            "torch.cuda.MemPool(allocator=...): cudakit does not know this allocator's "
+            "functions (it was created before use_with_torch(), or is not a "
+            "torch.cuda.memory.CUDAPluggableAllocator). Create it after use_with_torch(), or "
+            "pass cudakit.memory.CUDAPluggableAllocator(path, alloc_fn_name, free_fn_name).")
+    return _C._mem_pluggable_from_addresses(entry[1], entry[2], "torch.cuda.MemPool allocator")
 
 
 def _make_use_mem_pool(torch: Any, original: Any) -> Any:
@@ -646,6 +681,9 @@ def patch(torch: Any) -> None:
                                                "_cuda_cudaCachingAllocator_raw_delete")):
             for name, fn in _make_storage_deleter_wrappers(torch).items():
                 _set(torch._C, name, fn)
+        if hasattr(torch._C, "_cuda_customAllocator"):
+            _set(torch._C, "_cuda_customAllocator", _make_custom_allocator(
+                torch._C._cuda_customAllocator))
         for name in _SETTINGS_ENTRY_POINTS:
             original = getattr(torch._C, name, None)
             if original is not None:

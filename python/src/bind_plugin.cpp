@@ -56,10 +56,24 @@ void bind(py::module_& m) {
   m.def("_mem_torch_pool_id", [](py::handle id) {
     return torch_pool_id(torch_id_arg(id, Arg{"torch_pool_id", "id"}));
   });
-  m.def("_mem_torch_pool_create", [](py::handle d, py::handle id, py::handle use_on_oom, py::handle no_split) {
+  m.def("_mem_torch_pool_create", [](py::handle d, py::handle id, py::handle use_on_oom,
+                                     py::handle no_split, const PluggableAllocator* source) {
     const char* fn = "MemPool";
     create_torch_pool(cuda_index(d, Arg{fn, "device"}), torch_id_arg(id, Arg{fn, "id"}),
-                      to_bool(use_on_oom, Arg{fn, "use_on_oom"}), to_bool(no_split, Arg{fn, "no_split"}));
+                      to_bool(use_on_oom, Arg{fn, "use_on_oom"}), to_bool(no_split, Arg{fn, "no_split"}),
+                      source);
+  }, py::arg("device"), py::arg("id"), py::arg("use_on_oom"), py::arg("no_split"),
+     py::arg("allocator") = nullptr);
+  // The allocator of functions torch._C._cuda_customAllocator was given (their addresses):
+  // torch.cuda.MemPool(allocator=...) takes its segments from them.
+  m.def("_mem_pluggable_from_addresses", [](py::handle alloc, py::handle free, py::handle name) {
+    const char* fn = "MemPool";
+    const auto a = to_uint64(alloc, Arg{fn, "alloc_fn"});
+    const auto f = to_uint64(free, Arg{fn, "free_fn"});
+    if (!a || !f) throw ValueError("MemPool(allocator=...): the allocator's functions are null");
+    return PluggableAllocator(reinterpret_cast<PluggableAllocator::AllocFn>(a),
+                              reinterpret_cast<PluggableAllocator::FreeFn>(f),
+                              to_string(name, Arg{fn, "name"}));
   });
   m.def("_mem_torch_pool_release", [](py::handle d, py::handle id) {
     const Arg a{"MemPool", "id"};

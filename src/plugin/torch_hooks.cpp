@@ -14,6 +14,7 @@
 
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
+#include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
 
 struct _object;  // CPython's PyObject: a pointer cudakit's core only stores and hands back
@@ -233,9 +234,12 @@ TorchMempoolId torch_pool_id_of(MempoolId id) noexcept {
 }
 bool is_torch_pool_id(MempoolId id) noexcept { return (id.first & kTorchPoolBit) != 0; }
 
-void create_torch_pool(int device, TorchMempoolId id, bool use_on_oom, bool no_split) {
+void create_torch_pool(int device, TorchMempoolId id, bool use_on_oom, bool no_split,
+                       const PluggableAllocator* source) {
   memory::device_allocator(memory::resolve_alloc_device(device))
-      .create_pool(torch_pool_id(id), no_split, use_on_oom);
+      .create_pool(torch_pool_id(id), no_split, use_on_oom,
+                   source ? std::static_pointer_cast<memory::PluggedAllocator>(source->impl())
+                          : nullptr);
 }
 
 int torch_pool_use_count(int device, TorchMempoolId id) {

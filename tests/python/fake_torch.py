@@ -70,10 +70,30 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
             raise RuntimeError(swap_error)
         torch.current_allocator = raw
     C._cuda_changeCurrentAllocator = change
+    # Pool routing as torch's allocator does it through the plug-in's hooks: begin creates the
+    # pool or adds a use and routes this thread's allocations, end stops routing, release
+    # drops the use.
     torch.pool_calls = []
-    C._cuda_beginAllocateCurrentThreadToPool = lambda d, p: torch.pool_calls.append(("begin", d, p))
-    C._cuda_endAllocateToPool = lambda d, p: torch.pool_calls.append(("end", d, p))
-    C._cuda_releasePool = lambda d, p: torch.pool_calls.append(("release", d, p))
+    routes: dict = {}
+
+    def begin(d, p):
+        from cudakit import _C as ck
+        torch.pool_calls.append(("begin", d, p))
+        ref = ck._MemPool(id=tuple(ck._mem_torch_pool_id(p)), device=d)
+        routes.setdefault((d, tuple(p)), []).append([ref, ck._UseMemPool(ref, d)])
+
+    def end(d, p):
+        torch.pool_calls.append(("end", d, p))
+        entry = routes[(d, tuple(p))][-1]
+        entry[1].close()
+
+    def release(d, p):
+        torch.pool_calls.append(("release", d, p))
+        routes[(d, tuple(p))].pop()
+
+    C._cuda_beginAllocateCurrentThreadToPool = begin
+    C._cuda_endAllocateToPool = end
+    C._cuda_releasePool = release
 
     cuda = types.ModuleType("torch.cuda")
     memory = types.ModuleType("torch.cuda.memory")

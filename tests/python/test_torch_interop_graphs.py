@@ -160,3 +160,43 @@ def test_history_metadata_and_skip_actions(interop, torch):
     finally:
         mem._record_memory_history(None)
     assert not torch._C._cuda_isHistoryEnabled()
+
+
+def test_mempool_with_torchs_pluggable_allocator(interop, torch):
+    # torch.cuda.MemPool(allocator=torch.cuda.memory.CUDAPluggableAllocator(...)): the pool's
+    # segments come from the user's functions, and go back to them when the pool is released.
+    import ctypes
+    interop.use_with_torch()
+    ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    buffers, calls = {}, []
+
+    @ALLOC
+    def dummy_alloc(size, device, stream):
+        buf = ctypes.create_string_buffer(size)
+        buffers[ctypes.addressof(buf)] = buf
+        calls.append(("alloc", size))
+        return ctypes.addressof(buf)
+
+    @FREE
+    def dummy_free(ptr, size, device, stream):
+        calls.append(("free", size))
+        buffers.pop(ptr)
+
+    # what torch.cuda.memory.CUDAPluggableAllocator(path, "dummy_alloc", "dummy_free") does
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    allocator = torch.cuda.memory._CUDAAllocator(
+        torch._C._cuda_customAllocator(address(dummy_alloc), address(dummy_free)))
+    pool = torch.cuda.MemPool(allocator=allocator)
+    assert pool.allocator is allocator and pool.use_count() == 1
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(4096, device="cuda")
+    assert calls == [("alloc", 2 << 20)]
+    assert any(b["address"] == x.data_ptr() for s in pool.snapshot() for b in s["blocks"])
+    del x
+    assert calls == [("alloc", 2 << 20)], "cached while the pool lives"
+    del pool
+    assert calls == [("alloc", 2 << 20), ("free", 2 << 20)]
+    assert not buffers
+    with pytest.raises(NotImplementedError, match="created before use_with_torch"):
+        torch.cuda.MemPool(allocator=torch.cuda.memory._CUDAAllocator(object()))
