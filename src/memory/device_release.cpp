@@ -234,7 +234,8 @@ void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle s
   }
   Locked lock(*this);
   stats_.oom();
-  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
+  // torch records the device's free bytes as an oom event's address (snapshot: device_free)
+  if (allocator_events_wanted()) note_event("oom", mi.free, size, stream, nullptr);
   const std::string why = "The request (" + std::to_string(size) + " bytes) is larger than the "
                           "device: no cache release can help (check the size computation).";
   // torch refuses 1 EiB and more before it looks at the device, with this sentence.
@@ -277,7 +278,8 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
     msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
            "other processes sharing the device. ";
   }
-  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
+  // torch records the device's free bytes as an oom event's address (snapshot: device_free)
+  if (allocator_events_wanted()) note_event("oom", mi.free, size, stream, nullptr);
   throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);
 }
 
