@@ -343,7 +343,7 @@ Block* DeviceAllocator::retry_after_release(Locked& lock, std::size_t size,
   // 3. Cached blocks of pools created with use_on_oom=True.
   if (!pool_for(size, stream).owner) {
     for (auto& [id, p] : pools_) {
-      if (!p->use_on_oom) continue;
+      if (!p->use_on_oom || p->use_count <= 0) continue;  // a released pool lends nothing
       BlockPool& alt = size <= kSmallSize ? p->small : p->large;
       if (Block* b = get_free_block(alt, size, stream)) {
         stats_.alloc_retry();
