@@ -252,11 +252,13 @@ def _annotate_traces(snap: dict[str, Any]) -> None:
     recorded), compile_context ("N/A": cudakit records no torch.compile context), and
     skip_actions (events of those kinds are left out)."""
     skip = _history["skip_actions"]
+    cleared = _history["cleared_before_us"]
     changes = _history["metadata"]
     times = [t for t, _ in changes]
     for i, trace in enumerate(snap["device_traces"]):
-        if skip:
-            trace = [e for e in trace if e.get("action") not in skip]
+        if skip or cleared:
+            trace = [e for e in trace if e.get("action") not in skip and
+                     e.get("time_us", 0) >= cleared]
             snap["device_traces"][i] = trace
         for e in trace:
             k = bisect.bisect_right(times, e.get("time_us", 0)) - 1
@@ -268,7 +270,10 @@ def _annotate_traces(snap: dict[str, Any]) -> None:
 # whether recording is on (torch._C._cuda_isHistoryEnabled), the actions to leave out, and the
 # user metadata as (time in µs since the epoch, text) changes, oldest first (bounded: the
 # oldest go once a trace could no longer hold events from before them).
-_history: dict[str, Any] = {"enabled": False, "skip_actions": frozenset(), "metadata": []}
+# clear_history=True hides the events recorded before it (cleared_before_us; cudakit's ring
+# itself is not emptied).
+_history: dict[str, Any] = {"enabled": False, "skip_actions": frozenset(), "metadata": [],
+                            "cleared_before_us": 0}
 _METADATA_CHANGES_KEPT = 4096
 
 
@@ -316,9 +321,11 @@ def record_history(enabled: Any = "all", context: Any = "all", stacks: str = "al
              "record_pinned_host_memory", "record_cuda")
     defaults = (False, False, False, [], False, True)
     for name, default, value in zip(names, defaults, extras):
-        # skip_actions is applied (snapshots leave those events out)
-        if value != default and name != "skip_actions":
+        # skip_actions and clear_history are applied (snapshots leave those events out)
+        if value != default and name not in ("skip_actions", "clear_history"):
             _warn_extra(name, value)
+    if extras and extras[0]:
+        _history["cleared_before_us"] = time.time_ns() // 1000
     if len(extras) >= 6 and extras[5] is False:
         return  # record_cuda=False: device history not wanted
     _C._mem_record_history(enabled, context, stacks, min(int(max_entries), 2**63 - 1))

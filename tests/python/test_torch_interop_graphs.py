@@ -158,8 +158,17 @@ def test_history_metadata_and_skip_actions(interop, torch):
         sized = [e for e in trace if e["action"] == "alloc"]
         assert sized[-2]["user_metadata"] == "step 1" and sized[-1]["user_metadata"] == ""
     finally:
-        mem._record_memory_history(None)
+        mem._record_memory_history(None, clear_history=True)
     assert not torch._C._cuda_isHistoryEnabled()
+    mem._record_memory_history(context="all", stacks="python")
+    try:
+        z = torch.empty(8192, device="cuda")
+        trace = mem._snapshot()["device_traces"][0]
+        assert trace and all(e["size"] >= 8192 or e["action"].startswith("segment")
+                             for e in trace), "events before clear_history are gone"
+        del z
+    finally:
+        mem._record_memory_history(None)
 
 
 def test_mempool_with_torchs_pluggable_allocator(interop, torch):
