@@ -293,9 +293,15 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   // thread's allocation for a stream that is not captured keeps the thread's mode: a
   // global-mode capture then refuses it, as CUDA and torch do (that is what global mode
   // is for). The legacy default stream is never asked (asking about it during a capture is
-  // itself an error) and never captures.
-  const bool relax = pool.owner || (stream && backend_.stream_capture_status(stream, nullptr) !=
-                                                  detail::CaptureStatus::none);
+  // itself an error) and never captures; nor is a capture assumed when the driver declines
+  // to describe the stream (a special handle during another stream's capture).
+  bool relax = pool.owner != nullptr;
+  if (!relax && stream) {
+    try {
+      relax = backend_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none;
+    } catch (const AcceleratorError&) {
+    }
+  }
   std::optional<detail::ThreadCaptureModeGuard> relaxed;
   if (relax) relaxed.emplace(backend_, detail::CaptureMode::relaxed);
   Block* b = nullptr;
