@@ -9,6 +9,7 @@ import os
 import pickle
 import sys
 import types
+import warnings
 
 import pytest
 
@@ -22,13 +23,17 @@ def interop(ck, monkeypatch):
     from cudakit import _torch_interop
 
     saved = dict(_torch_interop._state)
+    saved_history = dict(_torch_interop._history)
     _torch_interop._state.update(allocator=None, torch=None, patches=[])
+    _torch_interop._history.update(enabled=False, skip_actions=frozenset(), metadata=[],
+                                   cleared_before_us=0)
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     yield ck.memory
     _torch_interop.unpatch()
     _torch_interop._state.clear()
     _torch_interop._state.update(saved)
+    _torch_interop._history.update(saved_history)
 
 
 @pytest.fixture
@@ -164,7 +169,10 @@ def test_history_and_snapshot_in_torchs_format(interop, torch, tmp_path):
     # legacy bool form and the newer keyword arguments
     torch.cuda.memory._record_memory_history(True, max_entries=10)
     torch.cuda.memory._record_memory_history(False)
-    with pytest.warns(UserWarning, match="clear_history"):
+    with pytest.warns(UserWarning, match="global_record_annotations"):
+        torch.cuda.memory._record_memory_history("all", global_record_annotations=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # applied (snapshots hide earlier events): no warning
         torch.cuda.memory._record_memory_history("all", clear_history=True)
     torch.cuda.memory._record_memory_history(None)
 
