@@ -3,7 +3,8 @@ transformers model (random init) through eager, torch.compile() and
 torch.compile(mode="reduce-overhead") (CUDA graph trees: private pools, checkpointed pool
 state, live-allocation checks), inference and training steps, plus generation.
 
-Each run writes its results (outputs, losses, gradients, peak memory, step times) to a file;
+Each run writes its results (outputs, losses, trained parameters, generated tokens, peak
+memory, step times) to a file (``--part`` runs one model only);
 ``--compare`` checks two runs against each other (native torch allocator vs cudakit) and each
 compiled result against its eager one. GPU only; needs torch with CUDA (transformers optional:
 its part is skipped, and reported as skipped, without it).
@@ -146,11 +147,13 @@ def transformers_model(torch, results: dict) -> None:
             "peak_allocated": peak, "step_ms": ms}
 
 
-def run(allocator: str, out: str) -> None:
+def run(allocator: str, out: str, part: str) -> None:
     torch = _setup(allocator)
     results: dict = {"allocator": allocator, "torch": torch.__version__}
-    small_model(torch, results)
-    transformers_model(torch, results)
+    if part in ("all", "small"):
+        small_model(torch, results)
+    if part in ("all", "transformers"):
+        transformers_model(torch, results)
     if allocator == "cudakit":
         import cudakit.memory as m
         results["cudakit_state"] = m.torch_interop_state()
@@ -212,12 +215,14 @@ def main() -> int:
     p.add_argument("--allocator", choices=("native", "cudakit"))
     p.add_argument("--out")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    p.add_argument("--part", choices=("all", "small", "transformers"), default="all",
+                   help="run one part only (the device tool limits a command to 10 minutes)")
     args = p.parse_args()
     if args.compare:
         return compare(*args.compare)
     if not args.allocator or not args.out:
         p.error("give --allocator and --out, or --compare A B")
-    run(args.allocator, args.out)
+    run(args.allocator, args.out, args.part)
     return 0
 
 
