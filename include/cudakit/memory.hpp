@@ -250,6 +250,42 @@ void begin_allocate_to_pool(int device, MempoolId id,
 void end_allocate_to_pool(int device, MempoolId id);
 void release_pool(int device, MempoolId id);
 
+// ---- a private pool's allocation state (torch's checkPoolLiveAllocations,
+// getCheckpointState / setCheckpointPoolState: CUDA graph trees, torch.compile's
+// mode="reduce-overhead") ----
+// Addresses of the blocks of pool `id` on `device` that are allocated now (not those freed
+// and awaiting record_stream events). ValueError when the pool does not exist.
+std::vector<std::uintptr_t> pool_live_allocations(MempoolId id, int device = kCurrentDevice);
+struct PoolBlockState {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;
+  bool allocated = false;
+  std::size_t requested = 0;  // allocated blocks: the size asked for
+  int client = 0;             // allocated blocks: the MemoryClient they count for
+};
+struct PoolSegmentState {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::vector<PoolBlockState> blocks;  // in address order, covering the segment
+};
+struct PoolState {
+  int device = 0;
+  MempoolId pool{0, 0};
+  std::vector<PoolSegmentState> segments;
+};
+// The block layout of every segment of pool `id` (which blocks are allocated and which free).
+PoolState get_pool_state(MempoolId id, int device = kCurrentDevice);
+// Puts the pool back into `state`: every block allocated in the pool now is freed, then each
+// segment of `state` is laid out again as recorded, its recorded-allocated blocks allocated
+// (they are live again: free them with caching_allocator_delete or the torch hook). Segments
+// the pool gained since stay, free. The blocks freed and those allocated (in address order)
+// come back. ValueError, with nothing changed, when a segment of `state` is no longer the
+// pool's or a block of the pool still awaits record_stream events.
+struct PoolStateDelta {
+  std::vector<std::uintptr_t> freed, allocated;
+};
+PoolStateDelta set_pool_state(const PoolState& state);
+
 // ---- pluggable allocators ----
 // torch.cuda.memory.CUDAPluggableAllocator: loads `path` and resolves the two functions.
 class PluggableAllocator {

@@ -17,7 +17,8 @@
 //
 // Failures: `malloc` throws (OutOfMemoryError, ...): torch does not check alloc_fn's result
 // for null, and an exception thrown there reaches Python as a RuntimeError carrying cudakit's
-// message, before torch records the allocation. libcudakit_alloc.so's C function
+// message (torch.cuda.OutOfMemoryError once set_torch_out_of_memory_type was called), before
+// torch records the allocation. libcudakit_alloc.so's C function
 // cudakit_malloc catches it and returns nullptr instead. Every other hook catches everything,
 // prints one line to stderr and leaves the allocator's state as it was; the message of the
 // last failure is kept per thread (last_plugin_error()).
@@ -72,10 +73,26 @@ bool is_torch_pool_id(MempoolId cudakit_id) noexcept;
 // MemPool(use_on_oom, no_split) creates it (torch's pluggable interface has no hook for pool
 // creation, so cudakit.memory's torch.cuda.MemPool replacement calls this); drop the
 // reference with the table's release_pool. A second call adds a reference.
+// With `source` (torch.cuda.MemPool(allocator=...)), the pool's segments come from that
+// allocator instead of the device, as torch's.
 void create_torch_pool(int device, TorchMempoolId id, bool use_on_oom = false,
-                       bool no_split = false);
+                       bool no_split = false, const PluggableAllocator* source = nullptr);
 // References to torch's pool `id` on `device` (0 when it does not exist).
 int torch_pool_use_count(int device, TorchMempoolId id);
+
+// Out of memory in the table's malloc: with `python_type` set (torch.OutOfMemoryError, as a
+// PyObject*; the caller keeps it alive), malloc throws an exception torch's Python layer
+// raises as that type, with cudakit's message (torch's wording first); nullptr restores
+// throwing cudakit::OutOfMemoryError (what torch shows as RuntimeError).
+void set_torch_out_of_memory_type(void* python_type) noexcept;
+// torch._C._cuda_attach_out_of_memory_observer: called (outside every allocator lock) before
+// the table's malloc reports out of memory, with torch's arguments: device, bytes requested,
+// bytes this process may use (the memory fraction's limit, else the device's total), bytes
+// free on the device. Observers stay for the life of the process; one that throws is
+// reported on stderr and the others still run.
+using TorchOomObserver =
+    std::function<void(int device, std::size_t requested, std::size_t allowed, std::size_t free)>;
+void add_torch_oom_observer(TorchOomObserver observer);
 
 // Whether torch has called the table's functions (init or malloc) in this process, and the
 // message of the last failure of a table function on this thread ("" if none).

@@ -35,11 +35,14 @@ threads calling torch's memory API meanwhile may see either version of a functio
 """
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
 import threading
+import time
 import warnings
+import weakref
 from typing import Any
 
 from . import _C
@@ -135,6 +138,11 @@ def install(torch: Any) -> None:
                 f"any tensor is created on a CUDA device): {e}") from e
         _state["allocator"] = allocator
         _state["torch"] = torch
+        # Out of memory in torch's allocations raises torch's own type (torch_hooks.cpp says how).
+        oom = getattr(torch, "OutOfMemoryError", None) or \
+            getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+        if isinstance(oom, type) and issubclass(oom, BaseException):
+            _C._mem_torch_set_oom_type(oom)
         if missing:
             _log.info("cudakit.memory.use_with_torch: this torch lacks %s; the corresponding "
                       "torch features keep torch's default behaviour", ", ".join(missing))
@@ -233,7 +241,63 @@ def snapshot_torch(pool: Any = None) -> dict[str, Any]:
         seg["segment_pool_id"] = to_torch_pool(seg["segment_pool_id"])
     if not include_traces:
         snap["device_traces"] = [[] for _ in snap["device_traces"]]
+    else:
+        _annotate_traces(snap)
     return snap
+
+
+def _annotate_traces(snap: dict[str, Any]) -> None:
+    """The per-event fields torch's snapshot has and cudakit's C++ snapshot leaves to this
+    layer: user_metadata (torch.cuda.memory._set_memory_metadata, in force when the event was
+    recorded), compile_context ("N/A": cudakit records no torch.compile context), and
+    skip_actions (events of those kinds are left out)."""
+    skip = _history["skip_actions"]
+    cleared = _history["cleared_before_us"]
+    changes = _history["metadata"]
+    times = [t for t, _ in changes]
+    for i, trace in enumerate(snap["device_traces"]):
+        if skip or cleared:
+            trace = [e for e in trace if e.get("action") not in skip and
+                     e.get("time_us", 0) >= cleared]
+            snap["device_traces"][i] = trace
+        for e in trace:
+            k = bisect.bisect_right(times, e.get("time_us", 0)) - 1
+            e.setdefault("user_metadata", changes[k][1] if k >= 0 else "")
+            e.setdefault("compile_context", "N/A")
+
+
+# What torch's history entry points were last told (cudakit's history has no notion of them):
+# whether recording is on (torch._C._cuda_isHistoryEnabled), the actions to leave out, and the
+# user metadata as (time in µs since the epoch, text) changes, oldest first (bounded: the
+# oldest go once a trace could no longer hold events from before them).
+# clear_history=True hides the events recorded before it (cleared_before_us; cudakit's ring
+# itself is not emptied).
+_history: dict[str, Any] = {"enabled": False, "skip_actions": frozenset(), "metadata": [],
+                            "cleared_before_us": 0}
+_METADATA_CHANGES_KEPT = 4096
+
+
+def set_memory_metadata(metadata: str) -> None:
+    """torch._C._cuda_setMemoryMetadata, served by cudakit: later trace events carry it as
+    "user_metadata"."""
+    if not isinstance(metadata, str):
+        raise TypeError(f"_set_memory_metadata(): metadata must be a str, not "
+                        f"{type(metadata).__name__}")
+    with _lock:
+        changes = _history["metadata"]
+        changes.append((time.time_ns() // 1000, metadata))
+        del changes[:-_METADATA_CHANGES_KEPT]
+
+
+def get_memory_metadata() -> str:
+    """torch._C._cuda_getMemoryMetadata, served by cudakit."""
+    changes = _history["metadata"]
+    return changes[-1][1] if changes else ""
+
+
+def history_enabled() -> bool:
+    """torch._C._cuda_isHistoryEnabled, served by cudakit."""
+    return bool(_history["enabled"])
 
 
 _HISTORY_EXTRAS_WARNED: set[str] = set()
@@ -257,11 +321,18 @@ def record_history(enabled: Any = "all", context: Any = "all", stacks: str = "al
              "record_pinned_host_memory", "record_cuda")
     defaults = (False, False, False, [], False, True)
     for name, default, value in zip(names, defaults, extras):
-        if value != default and not (name == "skip_actions" and not value):
+        # skip_actions and clear_history are applied (snapshots leave those events out)
+        if value != default and name not in ("skip_actions", "clear_history"):
             _warn_extra(name, value)
+    if extras and extras[0]:
+        _history["cleared_before_us"] = time.time_ns() // 1000
     if len(extras) >= 6 and extras[5] is False:
         return  # record_cuda=False: device history not wanted
     _C._mem_record_history(enabled, context, stacks, min(int(max_entries), 2**63 - 1))
+    _history["enabled"] = enabled is not None
+    if enabled is not None:
+        skip = extras[3] if len(extras) >= 4 else None
+        _history["skip_actions"] = frozenset(skip or ())
 
 
 def record_history_legacy(enabled: bool, record_context: bool = True,
@@ -269,6 +340,7 @@ def record_history_legacy(enabled: bool, record_context: bool = True,
                           trace_alloc_record_context: bool = False,
                           record_context_cpp: bool = False, *extras: Any) -> None:
     """torch._C._cuda_record_memory_history_legacy (the bool form), served by cudakit."""
+    _history["enabled"] = bool(enabled)
     if not enabled:
         _C._mem_record_history(None, None, "all", 1)
         return
@@ -281,6 +353,140 @@ def record_history_legacy(enabled: bool, record_context: bool = True,
 def get_memory_fraction(device: Any = None) -> float:
     """torch._C._cuda_getMemoryFraction, served by cudakit."""
     return _C._mem_get_fraction(_device_index(device))
+
+
+# ---- CUDA graph trees (torch.compile(mode="reduce-overhead")): a private pool's live
+# allocations and its checkpointed state. torch's own versions of these manipulate storages in
+# C++; here torch's Python-visible entry points do the same (see set_checkpoint_pool_state).
+
+def attach_oom_observer(observer: Any) -> None:
+    """torch._C._cuda_attach_out_of_memory_observer, served by cudakit: observer(device,
+    alloc, device_allocated, device_free) runs before torch's OutOfMemoryError is raised."""
+    _C._mem_torch_add_oom_observer(observer)
+
+
+def check_pool_live_allocations(device: Any, pool: Any, expected: Any) -> bool:
+    """torch._C._cuda_checkPoolLiveAllocations, served by cudakit: whether the allocated blocks
+    of torch's pool ``pool`` are exactly the data pointers ``expected``."""
+    live = _C._mem_pool_live_allocations(device, to_cudakit_pool(pool))
+    return set(live) == {int(p) for p in expected}
+
+
+class AllocatorState:
+    """torch._C._cuda_getCheckpointState's result under cudakit: the block layout of a private
+    pool (which blocks were allocated, which free), for _cuda_setCheckpointPoolState."""
+
+    __slots__ = ("_state", "__weakref__")
+
+    def __init__(self, state: Any):
+        self._state = state
+
+    def __repr__(self) -> str:
+        s = self._state
+        return (f"<cudakit AllocatorState of pool {to_torch_pool(s.pool)} on device {s.device}: "
+                f"{len(s.segments)} segment(s)>")
+
+
+def get_checkpoint_state(device: Any, pool: Any) -> AllocatorState:
+    """torch._C._cuda_getCheckpointState, served by cudakit."""
+    return AllocatorState(_C._mem_pool_state(device, to_cudakit_pool(pool)))
+
+
+# Storages given a deleter by set_checkpoint_pool_state: StorageImpl address -> (finalizer,
+# data pointer). torch swaps a DataPtr with its allocator's deleter into such a storage; a
+# storage's deleter cannot be set from outside libtorch, so a finalizer on the storage's
+# Python object (which torch keeps alive exactly as long as the C++ storage: PyObject
+# preservation) frees the block when the storage dies.
+_restored: dict[int, tuple[Any, int]] = {}
+
+
+def _free_restored(cdata: int, ptr: int) -> None:
+    if _restored.pop(cdata, None) is not None:
+        try:
+            _C._mem_delete(ptr)
+        except Exception:  # interpreter exit: the pool goes with the process
+            pass
+
+
+def set_checkpoint_pool_state(device: Any, state: Any, stale_storages: Any = (),
+                              storages_to_add_deleters_to: Any = ()) -> None:
+    """torch._C._cuda_setCheckpointPoolState, served by cudakit: resets the pool's blocks to
+    ``state``. Blocks allocated now that the state has free are freed: each live storage of
+    them must be in ``stale_storages`` (torch's rule), and loses its deleter. Storages in
+    ``storages_to_add_deleters_to`` whose memory the state has allocated free their block when
+    they die."""
+    torch = _state["torch"]
+    if not isinstance(state, AllocatorState):
+        raise TypeError(f"_cuda_setCheckpointPoolState(): state must come from "
+                        f"torch._C._cuda_getCheckpointState, not {type(state).__name__}")
+    st = state._state
+    stale = list(dict.fromkeys(int(c) for c in stale_storages))
+    live_now = set(_C._mem_pool_live_allocations(st.device, st.pool))
+    keep = {b["ptr"] for seg in st.segments for b in seg["blocks"] if b["allocated"]}
+    if len(stale) < len(live_now - keep):
+        raise RuntimeError("Any stale tensors which are being manually freed must be passed to "
+                           "set checkpoint (cudakit: " + str(len(live_now - keep)) + " blocks of "
+                           "the pool are freed by the state, " + str(len(stale)) + " storages "
+                           "given)")
+    storage_of = torch.UntypedStorage._new_with_weak_ptr
+    for cdata in stale:
+        s = storage_of(cdata)
+        if s is None or s.data_ptr() not in live_now:
+            continue
+        if cdata in _restored:
+            _restored.pop(cdata)[0].detach()
+        elif torch._C._has_Standard_Deleter(cdata):
+            # torch frees it through its own bookkeeping and drops the storage's deleter
+            torch._C._free_And_Remove_DeleterFn(cdata)
+    _freed, allocated = _C._mem_set_pool_state(st)
+    allocated = set(allocated)
+    for cdata in dict.fromkeys(int(c) for c in storages_to_add_deleters_to):
+        s = storage_of(cdata)
+        if s is None or s.data_ptr() not in allocated or cdata in _restored:
+            continue
+        if torch._C._has_Standard_Deleter(cdata):
+            continue  # its own deleter frees the block through torch's hook
+        ptr = s.data_ptr()
+        _restored[cdata] = (weakref.finalize(s, _free_restored, cdata, ptr), ptr)
+
+
+def _make_storage_deleter_wrappers(torch: Any) -> dict[str, Any]:
+    """torch._C's deleter queries, aware of the storages set_checkpoint_pool_state gave a
+    deleter (torch's cudagraph trees check and remove deleters with these)."""
+    has_std = torch._C._has_Standard_Deleter
+    free_remove = torch._C._free_And_Remove_DeleterFn
+    raw_delete = torch._C._cuda_cudaCachingAllocator_raw_delete
+
+    def has_standard_deleter(storage: int) -> bool:
+        """cudakit (use_with_torch): also True for storages whose block cudakit frees when
+        they die (set_checkpoint_pool_state)."""
+        return int(storage) in _restored or has_std(storage)
+
+    def free_and_remove_deleter(storage: int) -> None:
+        """cudakit (use_with_torch): frees the storage's block and drops its deleter, also for
+        storages given one by set_checkpoint_pool_state."""
+        entry = _restored.pop(int(storage), None)
+        if entry is None:
+            return free_remove(storage)
+        entry[0].detach()
+        _C._mem_delete(entry[1])
+
+    def cuda_raw_delete(ptr: int) -> None:
+        """cudakit (use_with_torch): torch's raw_delete, which also frees blocks that
+        set_checkpoint_pool_state allocated (torch's plug-in bookkeeping never saw them)."""
+        try:
+            raw_delete(ptr)
+        except RuntimeError as e:
+            if "not allocated here" not in str(e):
+                raise
+            try:
+                _C._mem_delete(ptr)
+            except ValueError:
+                raise e from None
+
+    return {"_has_Standard_Deleter": has_standard_deleter,
+            "_free_And_Remove_DeleterFn": free_and_remove_deleter,
+            "_cuda_cudaCachingAllocator_raw_delete": cuda_raw_delete}
 
 
 def _ipc_refused(*args: Any, **kwargs: Any) -> Any:
@@ -312,21 +518,17 @@ def _make_mempool_class(torch: Any) -> type:
         """torch.cuda.MemPool served by cudakit (use_with_torch): a private pool of cudakit's
         allocator, with an id in torch's space (from ``torch.cuda.graph_pool_handle()``), so
         ``torch.cuda.use_mem_pool(pool)`` and ``torch.cuda.graph(pool=pool.id)`` route to it
-        through the pluggable allocator's pool hooks. ``allocator=`` is not supported: the
-        pool's segments come from cudakit."""
+        through the pluggable allocator's pool hooks. With ``allocator=`` (a
+        ``torch.cuda.memory.CUDAPluggableAllocator`` made after use_with_torch()), the pool's
+        segments come from that allocator's functions, as torch's."""
 
         def __init__(self, allocator: Any = None, use_on_oom: bool = False,
                      no_split: bool = False):
-            if allocator is not None:
-                raise NotImplementedError(
-                    "torch.cuda.MemPool(allocator=...) is not available while torch allocates "
-                    "from cudakit's pool (use_with_torch()): a pool's segments come from "
-                    "cudakit. For segments from your own allocator use "
-                    "cudakit.memory.MemPool(cudakit.memory.CUDAPluggableAllocator(...)).")
+            source = None if allocator is None else _pool_source(allocator)
             self._device = torch.cuda.current_device()
             self._id = tuple(torch.cuda.graph_pool_handle())
-            _C._mem_torch_pool_create(self._device, self._id, use_on_oom, no_split)
-            self.allocator = None
+            _C._mem_torch_pool_create(self._device, self._id, use_on_oom, no_split, source)
+            self.allocator = allocator
 
         @property
         def id(self) -> tuple[int, int]:
@@ -347,6 +549,45 @@ def _make_mempool_class(torch: Any) -> type:
     MemPool.__module__ = "torch.cuda.memory"
     MemPool.__qualname__ = "MemPool"
     return MemPool
+
+
+# torch._C._cuda_customAllocator(alloc_fn, free_fn) calls made since the patch: the raw
+# allocator object's id -> (object, alloc address, free address). torch's allocator objects
+# do not expose their functions again, and torch.cuda.MemPool(allocator=...) needs them.
+_custom_allocators: dict[int, tuple[Any, int, int]] = {}
+
+
+def _make_custom_allocator(original: Any) -> Any:
+    def custom_allocator(alloc_fn: int, free_fn: int) -> Any:
+        """cudakit (use_with_torch): torch's _cuda_customAllocator, remembering the functions
+        so that torch.cuda.MemPool(allocator=...) can take its segments from them."""
+        raw = original(alloc_fn, free_fn)
+        with _lock:
+            _custom_allocators[id(raw)] = (raw, int(alloc_fn), int(free_fn))
+        return raw
+
+    custom_allocator.__wrapped__ = original
+    return custom_allocator
+
+
+def _pool_source(allocator: Any) -> Any:
+    """The cudakit allocator behind torch's ``allocator`` (a torch.cuda.memory
+    _CUDAAllocator / CUDAPluggableAllocator, or cudakit's own)."""
+    from . import memory as ck_memory
+
+    if isinstance(allocator, ck_memory._CUDAAllocator):
+        return allocator.allocator()
+    if isinstance(allocator, _C._PluggableAllocator):
+        return allocator
+    raw = allocator.allocator() if hasattr(allocator, "allocator") else allocator
+    entry = _custom_allocators.get(id(raw))
+    if entry is None or entry[0] is not raw:
+        raise NotImplementedError(
+            "torch.cuda.MemPool(allocator=...): cudakit does not know this allocator's "
+            "functions (it was created before use_with_torch(), or is not a "
+            "torch.cuda.memory.CUDAPluggableAllocator). Create it after use_with_torch(), or "
+            "pass cudakit.memory.CUDAPluggableAllocator(path, alloc_fn_name, free_fn_name).")
+    return _C._mem_pluggable_from_addresses(entry[1], entry[2], "torch.cuda.MemPool allocator")
 
 
 def _make_use_mem_pool(torch: Any, original: Any) -> Any:
@@ -418,6 +659,13 @@ _C_REPLACEMENTS = {
     "_accelerator_resetPeakStats": reset_peak,
     "_accelerator_resetAccumulatedStats": reset_accumulated,
     "_accelerator_emptyCache": empty_cache_c,
+    "_cuda_isHistoryEnabled": history_enabled,
+    "_cuda_setMemoryMetadata": set_memory_metadata,
+    "_cuda_getMemoryMetadata": get_memory_metadata,
+    "_cuda_attach_out_of_memory_observer": attach_oom_observer,
+    "_cuda_checkPoolLiveAllocations": check_pool_live_allocations,
+    "_cuda_getCheckpointState": get_checkpoint_state,
+    "_cuda_setCheckpointPoolState": set_checkpoint_pool_state,
 }
 
 
@@ -436,6 +684,13 @@ def patch(torch: Any) -> None:
         for name, fn in _C_REPLACEMENTS.items():
             if hasattr(torch._C, name):
                 _set(torch._C, name, fn)
+        if all(hasattr(torch._C, n) for n in ("_has_Standard_Deleter", "_free_And_Remove_DeleterFn",
+                                               "_cuda_cudaCachingAllocator_raw_delete")):
+            for name, fn in _make_storage_deleter_wrappers(torch).items():
+                _set(torch._C, name, fn)
+        if hasattr(torch._C, "_cuda_customAllocator"):
+            _set(torch._C, "_cuda_customAllocator", _make_custom_allocator(
+                torch._C._cuda_customAllocator))
         for name in _SETTINGS_ENTRY_POINTS:
             original = getattr(torch._C, name, None)
             if original is not None:

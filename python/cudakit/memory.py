@@ -545,8 +545,8 @@ def use_with_torch(patch_torch_memory_api: bool = True) -> None:
     go through its pluggable interface: ``torch.cuda.empty_cache``,
     ``set_per_process_memory_fraction``, ``Tensor.record_stream``, CUDA graph capture with
     private pools, ``torch.cuda.use_mem_pool``. Out of memory in a torch operation raises
-    RuntimeError with cudakit's "CUDA out of memory" message (torch's pluggable interface has
-    no way to raise torch.OutOfMemoryError). PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF apply
+    torch.cuda.OutOfMemoryError with torch's wording, then cudakit's diagnosis.
+    PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF apply
     to cudakit's allocator (same syntax) unless CUDAKIT_ALLOC_CONF is set.
 
     With ``patch_torch_memory_api=True`` (default) torch's own memory API (memory_allocated,
@@ -556,7 +556,10 @@ def use_with_torch(patch_torch_memory_api: bool = True) -> None:
     _dump_snapshot, get_per_process_memory_fraction) answers from cudakit with torch's keys and
     formats, so torch.cuda._memory_viz and memory loggers keep working;
     torch.cuda.memory._set_allocator_settings also configures cudakit's pool; torch.cuda.MemPool
-    becomes a cudakit-backed pool with torch's interface; torch.multiprocessing sharing of CUDA
+    becomes a cudakit-backed pool with torch's interface (``allocator=`` included); the entry
+    points of CUDA graph trees (torch.compile(mode="reduce-overhead"): pool live allocations,
+    checkpointed pool state) and the out-of-memory observers answer from cudakit;
+    torch.multiprocessing sharing of CUDA
     tensors raises a RuntimeError naming the limitation (the pluggable interface has no IPC
     hooks). The patch is logged (logger "cudakit.memory", INFO), listed by
     :func:`torch_interop_state`, and undone by :func:`stop_using_with_torch`. Without it,

@@ -34,6 +34,11 @@ std::optional<MempoolId> pool_id_arg(py::handle v, Arg a) {
   return MempoolId{to_uint64(t[0], a), to_uint64(t[1], a)};
 }
 
+MempoolId required_pool_id(py::handle v, Arg a) {
+  if (v.is_none()) throw_type(a, "a (int, int) pool id (MemPool.id or graph_pool_handle())", v);
+  return *pool_id_arg(v, a);
+}
+
 // Python stack capture for _record_memory_history(stacks="python"/"all"): runs on the
 // allocating thread, only when it holds the GIL (allocations from C++ threads have no Python
 // stack). Records raw (code object, instruction offset) pairs; file/line/name are looked up
@@ -198,6 +203,53 @@ void bind(py::module_& m) {
   m.def("_mem_host_reset_accumulated", &reset_accumulated_host_memory_stats);
   m.def("_mem_host_reset_peak", &reset_peak_host_memory_stats);
   m.def("_mem_host_empty_cache", &host_empty_cache, py::call_guard<py::gil_scoped_release>());
+  // A private pool's state (cudakit/memory.hpp): torch's checkPoolLiveAllocations and
+  // getCheckpointState / setCheckpointPoolState go through these (_torch_interop.py).
+  m.def("_mem_pool_live_allocations", [](py::handle d, py::handle pool) {
+    const char* fn = "pool_live_allocations";
+    const MempoolId id = required_pool_id(pool, Arg{fn, "pool"});
+    const int device = dev(d, fn);
+    py::gil_scoped_release nogil;
+    return pool_live_allocations(id, device);
+  });
+  py::class_<PoolState>(m, "_PoolState")
+      .def_readonly("device", &PoolState::device)
+      .def_property_readonly("pool", [](const PoolState& s) { return s.pool; })
+      .def_property_readonly("segments", [](const PoolState& s) {
+        py::list out;
+        for (const PoolSegmentState& seg : s.segments) {
+          py::list blocks;
+          for (const PoolBlockState& b : seg.blocks) {
+            py::dict bd;
+            bd["ptr"] = b.ptr;
+            bd["size"] = b.size;
+            bd["allocated"] = b.allocated;
+            bd["requested_size"] = b.requested;
+            blocks.append(bd);
+          }
+          py::dict sd;
+          sd["address"] = seg.address;
+          sd["total_size"] = seg.size;
+          sd["blocks"] = blocks;
+          out.append(sd);
+        }
+        return out;
+      });
+  m.def("_mem_pool_state", [](py::handle d, py::handle pool) {
+    const char* fn = "get_pool_state";
+    const MempoolId id = required_pool_id(pool, Arg{fn, "pool"});
+    const int device = dev(d, fn);
+    py::gil_scoped_release nogil;
+    return get_pool_state(id, device);
+  });
+  m.def("_mem_set_pool_state", [](const PoolState& state) {
+    PoolStateDelta delta;
+    {
+      py::gil_scoped_release nogil;
+      delta = set_pool_state(state);
+    }
+    return py::make_tuple(delta.freed, delta.allocated);
+  });
   m.def("_mem_snapshot_json", [](py::handle pool) {
     return memory_snapshot_json(pool_id_arg(pool, Arg{"memory_snapshot", "mempool_id"}));
   }, py::arg("pool") = py::none());

@@ -56,10 +56,24 @@ void bind(py::module_& m) {
   m.def("_mem_torch_pool_id", [](py::handle id) {
     return torch_pool_id(torch_id_arg(id, Arg{"torch_pool_id", "id"}));
   });
-  m.def("_mem_torch_pool_create", [](py::handle d, py::handle id, py::handle use_on_oom, py::handle no_split) {
+  m.def("_mem_torch_pool_create", [](py::handle d, py::handle id, py::handle use_on_oom,
+                                     py::handle no_split, const PluggableAllocator* source) {
     const char* fn = "MemPool";
     create_torch_pool(cuda_index(d, Arg{fn, "device"}), torch_id_arg(id, Arg{fn, "id"}),
-                      to_bool(use_on_oom, Arg{fn, "use_on_oom"}), to_bool(no_split, Arg{fn, "no_split"}));
+                      to_bool(use_on_oom, Arg{fn, "use_on_oom"}), to_bool(no_split, Arg{fn, "no_split"}),
+                      source);
+  }, py::arg("device"), py::arg("id"), py::arg("use_on_oom"), py::arg("no_split"),
+     py::arg("allocator") = nullptr);
+  // The allocator of functions torch._C._cuda_customAllocator was given (their addresses):
+  // torch.cuda.MemPool(allocator=...) takes its segments from them.
+  m.def("_mem_pluggable_from_addresses", [](py::handle alloc, py::handle free, py::handle name) {
+    const char* fn = "MemPool";
+    const auto a = to_uint64(alloc, Arg{fn, "alloc_fn"});
+    const auto f = to_uint64(free, Arg{fn, "free_fn"});
+    if (!a || !f) throw ValueError("MemPool(allocator=...): the allocator's functions are null");
+    return PluggableAllocator(reinterpret_cast<PluggableAllocator::AllocFn>(a),
+                              reinterpret_cast<PluggableAllocator::FreeFn>(f),
+                              to_string(name, Arg{fn, "name"}));
   });
   m.def("_mem_torch_pool_release", [](py::handle d, py::handle id) {
     const Arg a{"MemPool", "id"};
@@ -68,6 +82,36 @@ void bind(py::module_& m) {
   m.def("_mem_torch_pool_use_count", [](py::handle d, py::handle id) {
     return torch_pool_use_count(cuda_index(d, Arg{"MemPool.use_count", "device"}),
                                 torch_id_arg(id, Arg{"MemPool.use_count", "id"}));
+  });
+  // torch.OutOfMemoryError for the hook table's malloc (None: cudakit's own error again). The
+  // type is kept alive here (one reference, never dropped: the table may use it until exit).
+  m.def("_mem_torch_set_oom_type", [](py::handle type) {
+    if (type.is_none()) {
+      set_torch_out_of_memory_type(nullptr);
+      return;
+    }
+    if (!PyType_Check(type.ptr()) ||
+        !PyObject_IsSubclass(type.ptr(), PyExc_BaseException))
+      throw_type(Arg{"use_with_torch", "OutOfMemoryError"}, "an exception class", type);
+    set_torch_out_of_memory_type(type.inc_ref().ptr());
+  });
+  // torch._C._cuda_attach_out_of_memory_observer(fn): fn(device, alloc, allowed, free). The
+  // callable is leaked on purpose: observers live until exit, when no GIL may be taken to
+  // drop it.
+  m.def("_mem_torch_add_oom_observer", [](py::handle fn) {
+    if (!PyCallable_Check(fn.ptr()))
+      throw_type(Arg{"_cuda_attach_out_of_memory_observer", "observer"}, "a callable", fn);
+    auto* keep = new py::object(py::reinterpret_borrow<py::object>(fn));
+    add_torch_oom_observer([keep](int device, std::size_t requested, std::size_t allowed,
+                                  std::size_t free) {
+      py::gil_scoped_acquire gil;
+      try {
+        (*keep)(device, requested, allowed, free);
+      } catch (py::error_already_set& e) {
+        // An observer's error must not replace the out-of-memory error torch raises next.
+        e.discard_as_unraisable("cudakit: out-of-memory observer");
+      }
+    });
   });
   // caching_allocator_alloc on behalf of `client` ("cudakit" | "torch" | "cupy"); the stream is
   // a raw handle of `device` (CuPy's current stream), as _mem_alloc takes it.

@@ -135,8 +135,7 @@ unsigned AllocatorConfig::divisions_for(std::size_t size) const noexcept {
 }
 
 KeyScope key_scope(const std::string& key) {
-  if (key == "backend" || key == "expandable_segments" || key == "max_split_size_mb" ||
-      key == "expandable_segments_chunk_pages" || key == "device_mutex_spin")
+  if (key == "backend" || key == "expandable_segments_chunk_pages" || key == "device_mutex_spin")
     return KeyScope::init;
   if (key == "release_lock_on_cudamalloc" || key == "graph_capture_record_stream_reuse")
     return KeyScope::inert;

@@ -8,15 +8,15 @@
 //     garbage_collection_threshold, max_non_split_rounding_mb, roundup_power2_divisions,
 //     per_process_memory_fraction (every device, as set_per_process_memory_fraction),
 //     quick_cache, expandable_segments_slack_div, expandable_segments_max_chunk_mb (new
-//     mappings),
-//     pinned_use_cuda_host_register (alias pinned_use_host_register),
-//     pinned_num_register_threads, pinned_use_background_threads (new pinned blocks / the
-//     pinned cache)
+//     mappings), expandable_segments and max_split_size_mb (later segments and requests, as
+//     torch: both segment kinds coexist; oversize counters are recounted at the change),
+//     pinned_use_cuda_host_register (alias pinned_use_host_register), pinned_num_register_
+//     threads, pinned_use_background_threads (new pinned blocks / the pinned cache)
 //   init: fixed once a device allocator exists; changing them afterwards raises ValueError
 //     backend (a pool cannot switch between the native allocator and the driver's),
-//     expandable_segments (segments of both kinds would have to coexist in one pool),
-//     max_split_size_mb (split decisions and oversize statistics of live blocks depend on it),
-//     expandable_segments_chunk_pages (the unit every chunk is a power-of-two multiple of)
+//     expandable_segments_chunk_pages (the unit every chunk is a power-of-two multiple of),
+//     device_mutex_spin (the mutex is built with it)
+//
 //   inert: accepted so a PYTORCH_CUDA_ALLOC_CONF written for torch works, but have no effect
 //     here; each use warns
 //     release_lock_on_cudamalloc (the allocator never waits under its locks; the device

@@ -155,17 +155,10 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t alloc_size,
                                       detail::StreamHandle stream) {
   if (would_exceed_limit(alloc_size)) return nullptr;
   PluggedAllocator* source = pool.owner ? pool.owner->source.get() : nullptr;
-  void* p = nullptr;
-  if (pool.owner) {
-    // Private pools (graph capture, MemPool) may grow while a capture is live: relaxed mode
-    // allows the device allocation on this thread, as torch's cudaMallocMaybeCapturing. Safe:
-    // the segment is never freed while a graph may still replay into it.
-    detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
-    p = source ? source->allocate(alloc_size, device_, stream)
-               : backend_.mem_alloc(device_, alloc_size);
-  } else {
-    p = backend_.mem_alloc(device_, alloc_size);
-  }
+  // Runs in relaxed capture mode (grow()). Private pools' segments are never freed while a
+  // graph may still replay into them (release_unowned_pools).
+  void* p = source ? source->allocate(alloc_size, device_, stream)
+                   : backend_.mem_alloc(device_, alloc_size);
   if (!p) return nullptr;
   Block* b = new_block();
   b->ptr = reinterpret_cast<std::uintptr_t>(p);
@@ -191,7 +184,7 @@ Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle s
   std::lock_guard g(fast_lock_);
   // Pool routes and pending record_stream events need the full path (routing decisions,
   // and reuse order after events complete).
-  if (!routes_.empty() || !pending_.empty()) return nullptr;
+  if (!routes_.empty() || !pending_.empty() || !capture_deferred_.empty()) return nullptr;
   Block* b = quick_.take(stream, size);
   if (!b) return nullptr;
   b->requested = orig_size;
@@ -240,20 +233,6 @@ void DeviceAllocator::quick_flush() {
 
 // ---- allocation ----
 
-void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle stream) {
-  // Larger than the device (or than any size the arithmetic is checked for): no cache flush
-  // or retry can help, and no statistic but num_ooms changes.
-  Locked lock(*this);
-  stats_.oom();
-  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
-  throw OutOfMemoryError("CUDA out of memory. Tried to allocate " + std::to_string(size) +
-                             " bytes on GPU " + std::to_string(device_) + ", which has " +
-                             std::to_string(total_memory_) +
-                             " bytes in total: no device could hold the request (check the "
-                             "size computation)",
-                         device_, size, 0, total_memory_);
-}
-
 Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle stream,
                                std::uint8_t client) {
   if (orig_size > max_request_) reject_impossible(orig_size, stream);
@@ -264,7 +243,13 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   }
   Locked lock(*this);
   if (async_backend_) return malloc_async(lock, orig_size, stream, client);
-  if (!pending_.empty()) process_events();
+  // No event is queried while a capture may be underway (torch's rule: querying an event
+  // recorded in a capture is an error, and one outside it may be a forbidden call then);
+  // frees deferred by capture get their events once it is over.
+  if (!capture_underway()) {
+    if (!capture_deferred_.empty()) flush_capture_deferred(lock);
+    if (!pending_.empty()) process_events();
+  }
   const std::size_t size = round_size(orig_size);
   if (!routes_.empty()) check_pool_awake(pool_for(size, stream), orig_size);
   Block* b = take_cached(size, stream);
@@ -303,6 +288,24 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   BlockPool& pool = pool_for(size, stream);
   const bool caching = caching_enabled() || (pool.owner && pool.owner->sleep);
   if (cfg_.garbage_collection_threshold > 0 && caching) garbage_collect();
+  // A private pool grows while its capture is live, and so may the default pool for an
+  // allocation on a capturing stream that the capture's filter does not route (torch's
+  // cudaMallocMaybeCapturing): relaxed capture mode on this thread lets the device
+  // allocation through; it enqueues no work, so nothing leaks into the capture. Another
+  // thread's allocation for a stream that is not captured keeps the thread's mode: a
+  // global-mode capture then refuses it, as CUDA and torch do (that is what global mode
+  // is for). The legacy default stream is never asked (asking about it during a capture is
+  // itself an error) and never captures; nor is a capture assumed when the driver declines
+  // to describe the stream (a special handle during another stream's capture).
+  bool relax = pool.owner != nullptr;
+  if (!relax && stream) {
+    try {
+      relax = backend_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none;
+    } catch (const AcceleratorError&) {
+    }
+  }
+  std::optional<detail::ThreadCaptureModeGuard> relaxed;
+  if (relax) relaxed.emplace(backend_, detail::CaptureMode::relaxed);
   Block* b = nullptr;
   if (pool.owner && pool.owner->sleep) {
     b = alloc_sleep_segment(pool, size, stream);
@@ -327,22 +330,30 @@ Block* DeviceAllocator::retry_after_release(Locked& lock, std::size_t size,
     bool moving = false;
     return b ? b : grow(size, stream, /*may_move=*/false, moving);
   };
+  // While a capture is underway nothing is waited for or freed but unowned pools (see
+  // empty_cache()).
+  const bool capturing = capture_underway();
   // 1. Cached blocks that can satisfy the request go back to the device.
-  if (release_available(lock, pool_for(size, stream), size)) {
+  if (!capturing && release_available(lock, pool_for(size, stream), size)) {
     lock.unlock();  // runs the device frees
     lock.lock();
     if (Block* b = attempt()) return b;
   }
   // 2. Blocks awaiting record_stream events, then everything cached.
-  wait_for_pending_events(lock);
-  release_cached(lock);
+  if (capturing) {
+    release_unowned_pools();
+  } else {
+    flush_capture_deferred(lock);
+    wait_for_pending_events(lock);
+    release_cached(lock);
+  }
   lock.unlock();
   lock.lock();
   if (Block* b = attempt()) return b;
   // 3. Cached blocks of pools created with use_on_oom=True.
   if (!pool_for(size, stream).owner) {
     for (auto& [id, p] : pools_) {
-      if (!p->use_on_oom) continue;
+      if (!p->use_on_oom || p->use_count <= 0) continue;  // a released pool lends nothing
       BlockPool& alt = size <= kSmallSize ? p->small : p->large;
       if (Block* b = get_free_block(alt, size, stream)) {
         stats_.alloc_retry();
@@ -410,6 +421,15 @@ bool DeviceAllocator::free(void* ptr) {
     finish_free_async(work);
     return true;
   }
+  if (!b->stream_uses.empty() && capture_underway()) {
+    // An event recorded now on a capturing stream would be a captured event, which can
+    // never be queried: the block waits in limbo (event_count 1 marks it busy) until no
+    // capture is underway, and its events are recorded then (flush_capture_deferred), as
+    // torch's needs_events_deferred_until_no_capture.
+    b->event_count = 1;
+    capture_deferred_.push_back(b);
+    return true;
+  }
   if (!b->stream_uses.empty()) {
     // Reuse must wait for the other streams' work enqueued so far. The events are created and
     // recorded with no allocator lock held: cuEventCreate takes a driver lock that a thread
@@ -436,6 +456,39 @@ bool DeviceAllocator::free(void* ptr) {
   free_block(b);
   lock.unlock();  // an uncached block's segment goes back to the device here
   return true;
+}
+
+void DeviceAllocator::flush_capture_deferred(Locked& lock) {
+  // Locks held, no capture underway. As free() does for a block used on other streams: the
+  // events are taken under the locks and recorded without them.
+  std::vector<Block*> blocks;
+  blocks.swap(capture_deferred_);
+  std::vector<std::vector<std::pair<detail::EventHandle, detail::StreamHandle>>> marks(
+      blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    Block* b = blocks[i];
+    for (detail::StreamHandle s : b->stream_uses) {
+      detail::EventHandle e = nullptr;
+      if (!spare_events_.empty()) {
+        e = spare_events_.back();
+        spare_events_.pop_back();
+      }
+      marks[i].emplace_back(e, s);
+    }
+    b->event_count = static_cast<int>(marks[i].size());  // replaces free()'s limbo marker
+    b->stream_uses.clear();
+  }
+  lock.unlock();
+  std::exception_ptr error;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    try {
+      record_free_events(blocks[i], marks[i]);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  lock.lock();
+  if (error) std::rethrow_exception(error);
 }
 
 void DeviceAllocator::record_free_events(
@@ -629,6 +682,27 @@ AllocatorConfig DeviceAllocator::settings() {
 
 void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
   Locked lock(*this);
+  // expandable_segments and max_split_size_mb apply to later segments and requests, as in
+  // torch: segments of both kinds coexist in a pool (every path that works on expandable
+  // pages checks the block's own segment kind), and split decisions read the size per call.
+  if (c.expandable_segments && !cfg_.expandable_segments && vm_page_ == kSmallBuffer) {
+    const std::size_t g = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
+    vm_page_ = (kSmallBuffer + g - 1) / g * g;
+  }
+  cfg_.expandable_segments = c.expandable_segments;
+  if (c.max_split_size != cfg_.max_split_size) {
+    cfg_.max_split_size = c.max_split_size;
+    stats_.set_max_split_size(c.max_split_size);
+    std::int64_t allocations = 0, segments = 0;
+    for (const auto& [ptr, b] : active_)
+      if (!b->parked && b->allocated && !b->async && oversize(b->size)) ++allocations;
+    for (const Block* h : segment_heads_) {
+      std::size_t n = 0;
+      for (const Block* x = h; x; x = x->next) n += x->size;
+      if (oversize(n)) ++segments;
+    }
+    stats_.recount_oversize(allocations, segments);
+  }
   cfg_.garbage_collection_threshold = c.garbage_collection_threshold;
   cfg_.max_non_split_rounding = c.max_non_split_rounding;
   cfg_.roundup_power2_divisions = c.roundup_power2_divisions;

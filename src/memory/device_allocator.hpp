@@ -135,6 +135,12 @@ class DeviceAllocator {
   void begin_allocate_to_pool(MempoolId id, std::function<bool(detail::StreamHandle)> filter);
   void end_allocate_to_pool(MempoolId id);
 
+  // A private pool's allocation state (pool_state.cpp; cudakit/memory.hpp's
+  // pool_live_allocations, get_pool_state, set_pool_state).
+  std::vector<std::uintptr_t> pool_live_allocations(MempoolId id);
+  PoolState pool_state(MempoolId id);
+  PoolStateDelta restore_pool_state(const PoolState& state);
+
   // The trace ring in snapshot form (oldest first).
   std::vector<TraceEntry> history_traces();
 
@@ -257,6 +263,14 @@ class DeviceAllocator {
   bool release_available(Locked& lock, BlockPool& pool, std::size_t size);
   void release_cached(Locked& lock);
   void release_pool_blocks(BlockPool& pool);
+  PrivatePool& existing_pool(MempoolId id, const char* fn);  // ValueError if none
+  std::vector<Block*> pool_segment_heads(const PrivatePool& p) const;  // address order
+  void release_unowned_pools();  // cached blocks of pools with no owner left; empty ones go
+  // torch's captures_underway: a capture or use_mem_pool routes allocations to a pool.
+  bool capture_underway() const noexcept { return !routes_.empty(); }
+  // Records the events of the frees deferred while a capture was underway (locks held; drops
+  // and retakes them).
+  void flush_capture_deferred(Locked& lock);
   void release_segment(Block* head);  // queues the device free (Deferred)
   void garbage_collect();
   void run_deferred(std::vector<Deferred>& work);
@@ -349,6 +363,7 @@ class DeviceAllocator {
   std::unordered_map<MempoolId, std::unique_ptr<PrivatePool>, MempoolIdHash> pools_;
   std::vector<PoolRoute> routes_;
   std::vector<std::pair<detail::EventHandle, Block*>> pending_;
+  std::vector<Block*> capture_deferred_;  // freed during a capture, used on other streams
   std::size_t awaited_events_ = 0;  // events taken out of pending_ by a waiting thread
   std::vector<detail::EventHandle> spare_events_;
   std::vector<Deferred> deferred_;

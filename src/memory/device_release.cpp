@@ -14,8 +14,17 @@ namespace cudakit::memory {
 void DeviceAllocator::empty_cache() {
   Locked lock(*this);
   quick_flush();
-  wait_for_pending_events(lock);
-  release_cached(lock);
+  // While a capture or use_mem_pool routes allocations (torch's captures_underway), events
+  // must not be waited for (an event recorded in a capture cannot be; waiting stalls the
+  // capture) and the device must not be freed to (cuMemFree is not permitted during a
+  // global-mode capture): only pools nobody owns any more give their memory back, as torch.
+  if (capture_underway()) {
+    release_unowned_pools();
+  } else {
+    flush_capture_deferred(lock);
+    wait_for_pending_events(lock);
+    release_cached(lock);
+  }
   lock.unlock();  // the device frees run here; their errors reach the caller
 }
 
@@ -136,6 +145,7 @@ void DeviceAllocator::release_pool_blocks(BlockPool& pool) {
 bool DeviceAllocator::release_available(Locked& lock, BlockPool& pool, std::size_t size) {
   // Releases one cached unsplit block >= size, or smallest-first blocks until `size`
   // bytes were released (torch's release_available_cached_blocks).
+  if (pool.owner && pool.owner->use_count > 0) return false;  // release_unowned_pools: why
   if (cfg_.expandable_segments && !pool.owner) {
     release_cached(lock);
     return true;
@@ -165,16 +175,25 @@ bool DeviceAllocator::release_available(Locked& lock, BlockPool& pool, std::size
 void DeviceAllocator::release_cached(Locked& lock) {
   release_pool_blocks(small_);
   release_pool_blocks(large_);
-  for (auto& [id, p] : pools_) {
-    release_pool_blocks(p->small);
-    release_pool_blocks(p->large);
-  }
   release_expandable(lock);  // may drop and retake the locks
-  // Drop pools nobody owns once they are empty.
+  release_unowned_pools();
+}
+
+void DeviceAllocator::release_unowned_pools() {
+  // Only pools nobody owns (use_count 0) give memory back: a free block of an owned pool may
+  // be memory a captured graph still replays into (an intermediate freed during capture),
+  // so releasing it would let the device hand it to someone else while the graph writes it
+  // (torch's graph_pools_freeable rule). An unowned pool is dropped once it is empty: no
+  // block of it is allocated, awaiting events, or cached.
   for (auto it = pools_.begin(); it != pools_.end();) {
     PrivatePool& p = *it->second;
-    if (p.use_count <= 0 && p.live_blocks == 0 && p.small.blocks.empty() &&
-        p.large.blocks.empty()) {
+    if (p.use_count > 0) {
+      ++it;
+      continue;
+    }
+    release_pool_blocks(p.small);
+    release_pool_blocks(p.large);
+    if (p.live_blocks == 0 && p.small.blocks.empty() && p.large.blocks.empty()) {
       it = pools_.erase(it);
     } else {
       ++it;
@@ -201,16 +220,50 @@ void DeviceAllocator::garbage_collect() {
 }
 
 namespace {
+// Sizes as torch's out-of-memory message writes them (the unit switches above 1024 of the
+// smaller one), so text written against torch's message matches cudakit's.
 std::string fmt_bytes(std::size_t n) {
   char buf[64];
   const double d = static_cast<double>(n);
-  if (n >= kGiB) std::snprintf(buf, sizeof buf, "%.2f GiB", d / double(kGiB));
-  else if (n >= kMiB) std::snprintf(buf, sizeof buf, "%.2f MiB", d / double(kMiB));
-  else if (n >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", d / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%zu bytes", n);
+  if (n <= 1024) std::snprintf(buf, sizeof buf, "%zu bytes", n);
+  else if (n <= kMiB) std::snprintf(buf, sizeof buf, "%.2f KiB", d / 1024.0);
+  else if (n <= kGiB) std::snprintf(buf, sizeof buf, "%.2f MiB", d / double(kMiB));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", d / double(kGiB));
   return buf;
 }
+
+// The first sentences of every out-of-memory message: torch's wording exactly (code written
+// for torch matches on them), cudakit's diagnosis follows.
+std::string oom_head(std::size_t size, int device, const detail::MemInfo& mi) {
+  return "CUDA out of memory. Tried to allocate " + fmt_bytes(size) + ". GPU " +
+         std::to_string(device) + " has a total capacity of " + fmt_bytes(mi.total) +
+         " of which " + fmt_bytes(mi.free) + " is free. ";
+}
+
+constexpr std::size_t kOneExaByte = std::size_t(1) << 60;
 }  // namespace
+
+void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle stream) {
+  // Larger than the device (or than any size the arithmetic is checked for): no cache flush
+  // or retry can help, and no statistic but num_ooms changes.
+  detail::MemInfo mi{};
+  try {
+    mi = backend_.mem_get_info(device_);
+  } catch (...) {
+    mi.total = total_memory_;
+  }
+  Locked lock(*this);
+  stats_.oom();
+  // torch records the device's free bytes as an oom event's address (snapshot: device_free)
+  if (allocator_events_wanted()) note_event("oom", mi.free, size, stream, nullptr);
+  const std::string why = "The request (" + std::to_string(size) + " bytes) is larger than the "
+                          "device: no cache release can help (check the size computation).";
+  // torch refuses 1 EiB and more before it looks at the device, with this sentence.
+  throw OutOfMemoryError(size >= kOneExaByte
+                             ? "CUDA out of memory. Tried to allocate more than 1EB memory. " + why
+                             : oom_head(size, device_, mi) + why,
+                         device_, size, mi.free, mi.total);
+}
 
 void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
                                 detail::StreamHandle stream) {
@@ -223,9 +276,7 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
   const std::size_t allocated = stats_.allocated_bytes();
   const std::size_t reserved = stats_.reserved_bytes();
   const std::size_t cached = reserved - allocated;
-  std::string msg = "CUDA out of memory. Tried to allocate " + fmt_bytes(size) + ". GPU " +
-                    std::to_string(device_) + " has a total capacity of " + fmt_bytes(mi.total) +
-                    " of which " + fmt_bytes(mi.free) + " is free. ";
+  std::string msg = oom_head(size, device_, mi);
   if (mi.total >= mi.free) {
     msg += "This process has " + fmt_bytes(reserved) +
            " reserved by cudakit (other users of the device: " +
@@ -247,7 +298,8 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
     msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
            "other processes sharing the device. ";
   }
-  if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
+  // torch records the device's free bytes as an oom event's address (snapshot: device_free)
+  if (allocator_events_wanted()) note_event("oom", mi.free, size, stream, nullptr);
   throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);
 }
 

@@ -34,6 +34,9 @@ void DeviceAllocator::release_pool(MempoolId id) {
   auto it = pools_.find(id);
   if (it == pools_.end()) return;
   if (--it->second->use_count > 0) return;
+  // During a capture no device memory is freed (empty_cache()): the pool's cached segments
+  // go at the next empty_cache or out-of-memory retry with no capture underway.
+  if (capture_underway()) return;
   quick_flush();
   PrivatePool& p = *it->second;
   release_pool_blocks(p.small);

@@ -70,13 +70,9 @@ void apply_allocator_settings(const std::string& text) {
       for (const std::string& key : next.keys) {
         if (key_scope(key) != KeyScope::init) continue;
         const bool same = key == "backend" ? next.backend == cur.backend
-                          : key == "expandable_segments"
-                              ? next.expandable_segments == cur.expandable_segments
                           : key == "expandable_segments_chunk_pages"
                               ? next.expandable_chunk_pages == cur.expandable_chunk_pages
-                          : key == "device_mutex_spin"
-                              ? next.device_mutex_spin == cur.device_mutex_spin
-                              : next.max_split_size == cur.max_split_size;
+                              : next.device_mutex_spin == cur.device_mutex_spin;
         if (!same)
           throw ValueError("set_allocator_settings: '" + key + "' cannot change once a device "
                            "allocator exists (it is fixed at the first device allocation): set "

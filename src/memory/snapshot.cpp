@@ -3,6 +3,7 @@
 // cache, so recording stays cheap.
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -184,6 +185,8 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
                     {"stream", reinterpret_cast<std::uintptr_t>(e.stream)},
                     {"time_us", static_cast<std::int64_t>(e.time_us)},
                     {"frames", frames_json(e.context)}});
+      // torch's tools read an out-of-memory event's device_free (_memory_viz's trace()).
+      if (std::strcmp(e.action, "oom") == 0) tr.back()["device_free"] = e.addr;
     }
   }
   // What the allocators run with (not what the environment said at start-up).

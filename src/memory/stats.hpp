@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "cudakit/memory.hpp"
 
@@ -122,6 +123,15 @@ class DeviceStats {
   }
   void set_max_split_size(std::size_t max_split) noexcept {
     s_.max_split_size = max_split == SIZE_MAX ? -1 : to_i(max_split);
+  }
+  // The oversize counters as a new max_split_size sees the blocks and segments live now
+  // (set_allocator_settings changed it): the next frees then subtract what was added.
+  void recount_oversize(std::int64_t allocations, std::int64_t segments) noexcept {
+    for (auto [stat, now] : {std::pair{&s_.oversize_allocations, allocations},
+                             std::pair{&s_.oversize_segments, segments}}) {
+      stat->current = now;
+      stat->peak = now > stat->peak ? now : stat->peak;
+    }
   }
   const MemoryStats& get() const noexcept { return s_; }
 

@@ -8,13 +8,77 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
+#include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
+
+struct _object;  // CPython's PyObject: a pointer cudakit's core only stores and hands back
+
+// torch::PyTorchError's interface (torch/csrc/Exceptions.h): torch's Python layer catches this
+// type around every call into C++ (HANDLE_TH_ERRORS, its pybind11 translator) and raises
+// python_type() with what() as the message. An allocation failure thrown as it reaches the
+// user as torch.cuda.OutOfMemoryError, which torch's own allocator raises; any other
+// exception becomes a RuntimeError. Only the two virtual calls cross into torch, so what must
+// match is the vtable order (std::exception's, then python_type) and the type's name:
+// libstdc++ matches a catch clause by the mangled name ("N5torch12PyTorchErrorE") across
+// shared libraries. Hidden here and kept out of libcudakit's exports (libcudakit.map), so
+// it never binds to torch's own copy. Rejected: throwing c10::OutOfMemoryError (needs
+// libc10's headers and its constructor's ABI), returning nullptr (torch does not check
+// alloc_fn's result: a null tensor).
+namespace torch {
+struct __attribute__((visibility("hidden"))) PyTorchError : std::exception {
+  explicit PyTorchError(std::string m) : msg(std::move(m)) {}
+  virtual _object* python_type() = 0;
+  const char* what() const noexcept override { return msg.c_str(); }
+  std::string msg;
+};
+}  // namespace torch
 
 namespace cudakit {
 namespace {
+
+std::atomic<_object*> g_torch_oom_type{nullptr};  // torch.OutOfMemoryError once registered
+
+struct __attribute__((visibility("hidden"))) TorchOutOfMemory final : torch::PyTorchError {
+  using PyTorchError::PyTorchError;
+  _object* python_type() override { return g_torch_oom_type.load(std::memory_order_acquire); }
+};
+
+std::mutex g_observers_mu;
+std::vector<TorchOomObserver>& oom_observers() {
+  static auto* v = new std::vector<TorchOomObserver>();  // leaked: observers may run at exit
+  return *v;
+}
+
+// torch's OutOfMemoryObserver arguments: device, bytes asked for, the most this process may
+// use (the fraction's limit, else the device's total), bytes free on the device.
+void notify_oom_observers(const OutOfMemoryError& e) noexcept {
+  std::vector<TorchOomObserver> observers;
+  {
+    std::lock_guard lock(g_observers_mu);
+    observers = oom_observers();
+  }
+  if (observers.empty()) return;
+  std::size_t allowed = e.total_bytes();
+  try {
+    const double f = get_per_process_memory_fraction(e.device());
+    if (f < 1.0) allowed = static_cast<std::size_t>(f * static_cast<double>(allowed));
+  } catch (...) {
+  }
+  for (const TorchOomObserver& fn : observers) {
+    try {
+      fn(e.device(), e.requested_bytes(), allowed, e.free_bytes());
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "cudakit: out-of-memory observer failed: %s\n", x.what());
+    } catch (...) {
+    }
+  }
+}
 
 // Torch's pool ids are counters ((n, 0) for capture pools, (0, n) for user pools): the top
 // bit of the first half is never theirs, so it marks the torch space without a table.
@@ -50,6 +114,11 @@ void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
     const int index = static_cast<std::int8_t>(device);
     const int dev = memory::resolve_alloc_device(index < 0 ? kCurrentDevice : index);
     return memory::native_alloc(size, dev, stream, kTorch);
+  } catch (const OutOfMemoryError& e) {
+    note_failure("malloc", e.what(), false);
+    notify_oom_observers(e);
+    if (g_torch_oom_type.load(std::memory_order_acquire)) throw TorchOutOfMemory(e.what());
+    throw;
   } catch (const std::exception& e) {
     note_failure("malloc", e.what(), false);
     throw;
@@ -165,14 +234,27 @@ TorchMempoolId torch_pool_id_of(MempoolId id) noexcept {
 }
 bool is_torch_pool_id(MempoolId id) noexcept { return (id.first & kTorchPoolBit) != 0; }
 
-void create_torch_pool(int device, TorchMempoolId id, bool use_on_oom, bool no_split) {
+void create_torch_pool(int device, TorchMempoolId id, bool use_on_oom, bool no_split,
+                       const PluggableAllocator* source) {
   memory::device_allocator(memory::resolve_alloc_device(device))
-      .create_pool(torch_pool_id(id), no_split, use_on_oom);
+      .create_pool(torch_pool_id(id), no_split, use_on_oom,
+                   source ? std::static_pointer_cast<memory::PluggedAllocator>(source->impl())
+                          : nullptr);
 }
 
 int torch_pool_use_count(int device, TorchMempoolId id) {
   return memory::device_allocator(memory::resolve_alloc_device(device))
       .pool_use_count(torch_pool_id(id));
+}
+
+void set_torch_out_of_memory_type(void* python_type) noexcept {
+  g_torch_oom_type.store(static_cast<_object*>(python_type), std::memory_order_release);
+}
+
+void add_torch_oom_observer(TorchOomObserver observer) {
+  if (!observer) throw ValueError("add_torch_oom_observer: the observer is empty");
+  std::lock_guard lock(g_observers_mu);
+  oom_observers().push_back(std::move(observer));
 }
 
 bool torch_hooks_used() noexcept { return g_used.load(std::memory_order_relaxed); }

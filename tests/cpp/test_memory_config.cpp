@@ -91,10 +91,9 @@ TEST(MemoryConfig, FractionKeyAppliesToEveryDevice) {
 TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   touch_allocator();
   const memory::AllocatorConfig before = memory::settings_in_force();
-  for (const char* change : {"expandable_segments:True", "backend:cudaMallocAsync",
-                             "max_split_size_mb:100", "expandable_segments_chunk_pages:8",
+  for (const char* change : {"backend:cudaMallocAsync", "expandable_segments_chunk_pages:8",
                              "device_mutex_spin:False",
-                             "garbage_collection_threshold:0.5,expandable_segments:True"}) {
+                             "garbage_collection_threshold:0.5,backend:cudaMallocAsync"}) {
     try {
       set_allocator_settings(change);
       ADD_FAILURE() << "accepted " << change;
@@ -107,7 +106,7 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   }
   // Nothing of a refused call was applied (not even its live keys).
   const memory::AllocatorConfig after = memory::settings_in_force();
-  EXPECT_EQ(after.expandable_segments, before.expandable_segments);
+  EXPECT_EQ(after.backend, before.backend);
   EXPECT_DOUBLE_EQ(after.garbage_collection_threshold, before.garbage_collection_threshold);
   EXPECT_DOUBLE_EQ(memory::config().garbage_collection_threshold,
                    before.garbage_collection_threshold);
@@ -118,6 +117,44 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   EXPECT_EQ(snapshot_settings()["backend"], "native");
   EXPECT_EQ(snapshot_settings()["expandable_segments"], false);
   touch_allocator();
+}
+
+TEST(MemoryConfig, SegmentKindAndSplitSizeApplyToLaterSegments) {
+  // torch applies expandable_segments and max_split_size_mb live (test_max_split_expandable:
+  // set between allocations, each segment keeps the kind it was made with).
+  touch_allocator();
+  auto segment_of = [](std::uintptr_t p) {
+    const json snap = json::parse(memory_snapshot_json());
+    for (const json& seg : snap["segments"])
+      if (p >= seg["address"].get<std::uintptr_t>() &&
+          p < seg["address"].get<std::uintptr_t>() + seg["total_size"].get<std::size_t>())
+        return seg;
+    return json();
+  };
+  const MemoryStats s0 = memory_stats_of();
+  set_allocator_settings("expandable_segments:False,max_split_size_mb:40");
+  void* a = caching_allocator_alloc(40 << 20);
+  set_allocator_settings("expandable_segments:True");
+  void* b = caching_allocator_alloc(40 << 20);
+  set_allocator_settings("expandable_segments:False");
+  void* c = caching_allocator_alloc(40 << 20);
+  EXPECT_EQ(segment_of(reinterpret_cast<std::uintptr_t>(a))["is_expandable"], false);
+  EXPECT_EQ(segment_of(reinterpret_cast<std::uintptr_t>(b))["is_expandable"], true);
+  EXPECT_EQ(segment_of(reinterpret_cast<std::uintptr_t>(c))["is_expandable"], false);
+  EXPECT_EQ(memory_stats_of().oversize_allocations.current - s0.oversize_allocations.current, 3);
+  // A larger max_split_size: the live blocks are no longer oversize, and their frees keep
+  // the counters consistent.
+  set_allocator_settings("max_split_size_mb:100");
+  EXPECT_EQ(memory_stats_of().oversize_allocations.current, 0);
+  for (void* p : {a, b, c}) caching_allocator_delete(p);
+  EXPECT_EQ(memory_stats_of().oversize_allocations.current, 0);
+  EXPECT_EQ(memory_stats_of().oversize_segments.current, 0);
+  empty_cache();
+  // Back to unlimited, which no setting text can express (as in torch).
+  memory::AllocatorConfig unlimited = memory::config();
+  unlimited.max_split_size = SIZE_MAX;
+  memory::store_config(unlimited);
+  memory::device_allocator(0).apply_settings(unlimited);
 }
 
 TEST(MemoryConfig, InertKeysWarn) {

@@ -3,9 +3,12 @@
 // they were made for, exactly (current, peak, totals), whatever path the allocator takes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
@@ -230,4 +233,228 @@ TEST(MemoryPlugin, TorchMemPoolLifetime) {
 TEST(MemoryPlugin, HookInitIsHarmless) {
   torch_allocator_hooks().init(detail::backend().device_count());
   EXPECT_TRUE(torch_hooks_used());
+}
+
+// ---- torch's CUDA graph capture through the pool hooks (torch.cuda.graph's call sequence:
+// torch begins the capture itself, then routes the capture's allocations with a filter on the
+// capture id; capture_end ends the route; destroying the graph releases the pool) ----
+namespace {
+struct TorchCapture {
+  detail::Backend& b = detail::backend();
+  CUstream_st* stream;
+  TorchMempoolId pool;
+  std::uint64_t id = 0;
+  TorchCapture(Stream& s, TorchMempoolId p) : stream(as_torch(s.handle())), pool(p) {
+    b.stream_begin_capture(s.handle(), detail::CaptureMode::global);
+    b.stream_capture_status(s.handle(), &id);
+    torch_allocator_hooks().begin_allocate_to_pool(0, pool, [this](CUstream_st* st) {
+      std::uint64_t sid = 0;
+      return st && b.stream_capture_status(st, &sid) == detail::CaptureStatus::active &&
+             sid == id;
+    });
+  }
+  void end() {
+    torch_allocator_hooks().end_allocate_to_pool(0, pool);
+    b.graph_destroy(b.stream_end_capture(stream));
+  }
+};
+std::string pool_segments(TorchMempoolId pool) { return memory_snapshot_json(torch_pool_id(pool)); }
+std::string addr_of(void* p) { return std::to_string(reinterpret_cast<std::uintptr_t>(p)); }
+}  // namespace
+
+TEST(MemoryPlugin, GraphPoolKeepsFreedSegmentsWhileTheGraphLives) {
+  // test_graph_memory_stats_and_use_result_after_destroy_graph: an intermediate freed during
+  // capture is memory the graph writes on every replay. empty_cache() used to give its
+  // segment back to the device while the graph lived (an illegal access on replay, or
+  // another tensor's memory overwritten).
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  const TorchMempoolId pool{4242, 0};
+  Stream s;
+  TorchCapture cap(s, pool);
+  void* tmp = h.malloc(12 << 20, 0, cap.stream);  // its own segment (>= 10 MiB)
+  void* out = h.malloc(12 << 20, 0, cap.stream);
+  h.free(tmp, 12 << 20, 0, cap.stream);
+  cap.end();
+  empty_cache();
+  EXPECT_NE(pool_segments(pool).find(addr_of(tmp)), std::string::npos)
+      << "the live graph's freed intermediate went back to the device";
+  h.release_pool(0, pool);  // the graph is destroyed; `out` (the graph's result) still lives
+  empty_cache();
+  const std::string after = pool_segments(pool);
+  EXPECT_EQ(after.find(addr_of(tmp)), std::string::npos) << "unused once the graph is gone";
+  EXPECT_NE(after.find(addr_of(out)), std::string::npos) << "the result keeps its memory";
+  h.free(out, 12 << 20, 0, nullptr);
+  empty_cache();
+  EXPECT_EQ(torch_pool_use_count(0, pool), 0);
+  EXPECT_EQ(pool_segments(pool).find(addr_of(out)), std::string::npos) << "empty pool: gone";
+}
+
+TEST(MemoryPlugin, RecordStreamDuringCaptureDefersTheFreeEvents) {
+  // test_graph_record_stream: a block used on a second capturing stream and freed during
+  // capture must not get an event recorded then (a captured event can never be queried: the
+  // next allocation after the capture used to fail with "recorded inside a stream capture").
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  detail::Backend& b = detail::backend();
+  const TorchMempoolId pool{4243, 0};
+  Stream s1, s2;
+  const std::int64_t active0 = memory_stats_of().active[0].current;
+  TorchCapture cap(s1, pool);
+  void* blk = h.malloc(1024, 0, cap.stream);
+  detail::EventHandle fork = b.event_create(0, detail::kEventDisableTiming);
+  detail::EventHandle join = b.event_create(0, detail::kEventDisableTiming);
+  b.event_record(fork, s1.handle());
+  b.stream_wait_event(s2.handle(), fork);  // s2 joins the capture
+  h.record_stream(blk, as_torch(s2.handle()));
+  h.free(blk, 1024, 0, cap.stream);
+  b.event_record(join, s2.handle());
+  b.stream_wait_event(s1.handle(), join);
+  cap.end();
+  b.event_destroy(fork);
+  b.event_destroy(join);
+  synchronize();
+  EXPECT_EQ(memory_stats_of().active[0].current, active0 + 1) << "still waiting for s2";
+  void* next = nullptr;
+  ASSERT_NO_THROW(next = h.malloc(1024, 0, as_torch(s1.handle())));
+  h.free(next, 1024, 0, nullptr);
+  s2.sync();
+  void* again = h.malloc(1024, 0, as_torch(s1.handle()));  // processes the now-recorded events
+  h.free(again, 1024, 0, nullptr);
+  EXPECT_EQ(memory_stats_of().active[0].current, active0) << "the deferred block came back";
+  h.release_pool(0, pool);
+}
+
+TEST(MemoryPlugin, EmptyCacheWhileAPoolRoutesReleasesOnlyUnownedPools) {
+  // torch.cuda.empty_cache() inside use_mem_pool or a capture: torch waits for no event and
+  // frees no device memory then (test_mempool_emptycache_multithread: "empty_cache should
+  // have done nothing under mempool context").
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  const TorchMempoolId pool{0, 4244};
+  const auto tid = std::this_thread::get_id();
+  void* cached = h.malloc(3 << 20, 0, nullptr);
+  h.free(cached, 3 << 20, 0, nullptr);  // a cached segment of the default pool
+  create_torch_pool(0, pool);
+  h.begin_allocate_to_pool(0, pool, [tid](CUstream_st*) { return std::this_thread::get_id() == tid; });
+  void* x = h.malloc(4096, 0, nullptr);
+  h.free(x, 4096, 0, nullptr);
+  const std::size_t reserved = static_cast<std::size_t>(memory_stats_of().reserved_bytes[0].current);
+  empty_cache();
+  EXPECT_EQ(static_cast<std::size_t>(memory_stats_of().reserved_bytes[0].current), reserved);
+  EXPECT_NE(pool_segments(pool).find("\"address\""), std::string::npos) << "the pool keeps its segment";
+  h.end_allocate_to_pool(0, pool);
+  h.release_pool(0, pool);  // use_mem_pool's reference
+  h.release_pool(0, pool);  // the MemPool's
+  empty_cache();
+  EXPECT_LT(static_cast<std::size_t>(memory_stats_of().reserved_bytes[0].current), reserved);
+}
+
+TEST(MemoryPlugin, CapturingStreamAllocationOutsideThePoolIsAllowed) {
+  // An allocation on the capturing thread for a capturing stream that the pool filter does
+  // not route (torch: a stream the capture's filter rejects) grows the default pool during a
+  // global-mode capture: relaxed mode, as torch's cudaMallocMaybeCapturing (it used to fail
+  // with "mem_alloc: not permitted while a stream capture is live" and invalidate the capture).
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  detail::Backend& b = detail::backend();
+  Stream s;
+  b.stream_begin_capture(s.handle(), detail::CaptureMode::global);
+  void* p = nullptr;
+  EXPECT_NO_THROW(p = h.malloc(37 << 20, 0, as_torch(s.handle())));
+  EXPECT_NO_THROW(b.graph_destroy(b.stream_end_capture(s.handle())));
+  if (p) h.free(p, 37 << 20, 0, nullptr);
+}
+
+// torch's catch clause for its Python-typed errors (torch/csrc/Exceptions.h), as torch's
+// Python layer sees the hook's exception: matched by type name across libraries.
+struct _object;
+namespace torch {
+struct PyTorchError : std::exception {
+  virtual _object* python_type() = 0;
+};
+}  // namespace torch
+
+TEST(MemoryPlugin, HookMallocRaisesTorchsOutOfMemoryTypeAndNotifiesObservers) {
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  // Static: observers stay registered for the life of the process.
+  static int fake_type = 0;  // stands for torch.OutOfMemoryError (a PyObject* the hook returns)
+  static std::vector<std::size_t> seen;
+  add_torch_oom_observer([](int device, std::size_t requested, std::size_t allowed,
+                             std::size_t free) {
+    EXPECT_EQ(device, 0);
+    EXPECT_GT(allowed, 0u);
+    EXPECT_LE(free, allowed);
+    seen.push_back(requested);
+  });
+  const std::size_t huge = std::size_t(800000000) << 30;  // test_out_of_memory's request
+  set_torch_out_of_memory_type(&fake_type);
+  try {
+    h.malloc(huge, 0, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (torch::PyTorchError& e) {
+    EXPECT_EQ(static_cast<void*>(e.python_type()), &fake_type);
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("CUDA out of memory. Tried to allocate 800000000.00 GiB. GPU 0 has a "
+                         "total capacity of ", 0), 0u) << what;
+  }
+  set_torch_out_of_memory_type(nullptr);
+  EXPECT_THROW(h.malloc(huge, 0, nullptr), OutOfMemoryError);
+  try {
+    h.malloc(std::size_t(1) << 61, 0, nullptr);  // torch refuses >= 1 EiB with its own words
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("Tried to allocate more than 1EB memory"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(seen, (std::vector<std::size_t>{huge, huge, std::size_t(1) << 61}));
+}
+
+TEST(MemoryPlugin, PoolStateCheckpointAndRestore) {
+  // CUDA graph trees' sequence (TestBlockStateAbsorption): the state at the end of a
+  // recording, the outputs die, the state is put back (the outputs' blocks are allocated
+  // again, in the same layout), then the blocks are freed one by one.
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  const TorchMempoolId pool{4250, 0};
+  const MempoolId mine = torch_pool_id(pool);
+  Stream s;
+  TorchCapture cap(s, pool);
+  std::vector<void*> small;
+  for (int i = 0; i < 11; ++i) small.push_back(h.malloc(512, 0, cap.stream));
+  void* big = h.malloc(12 << 20, 0, cap.stream);
+  cap.end();
+  for (int i = 0; i < 11; ++i)
+    if (i != 5 && i != 8) h.free(small[i], 512, 0, nullptr);
+  auto live = [&] {
+    auto v = pool_live_allocations(mine, 0);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto addr = [](void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  std::vector<std::uintptr_t> expect{addr(small[5]), addr(small[8]), addr(big)};
+  std::sort(expect.begin(), expect.end());
+  EXPECT_EQ(live(), expect);
+  const PoolState st = get_pool_state(mine, 0);
+  ASSERT_EQ(st.segments.size(), 2u);
+  const std::string layout = memory_snapshot_json(mine);
+  h.free(small[5], 512, 0, nullptr);
+  h.free(small[8], 512, 0, nullptr);
+  h.free(big, 12 << 20, 0, nullptr);
+  EXPECT_TRUE(live().empty());
+  void* later = h.malloc(4096, 0, as_torch(s.handle()));  // default pool: unaffected
+  const std::int64_t allocated = memory_stats_of().allocated_bytes[0].current;
+  const PoolStateDelta d = set_pool_state(st);
+  EXPECT_TRUE(d.freed.empty());
+  std::vector<std::uintptr_t> got = d.allocated;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expect);
+  EXPECT_EQ(live(), expect);
+  EXPECT_EQ(memory_snapshot_json(mine), layout) << "the same blocks, sizes and states";
+  EXPECT_EQ(memory_stats_of().allocated_bytes[0].current, allocated + 512 + 512 + (12 << 20));
+  // Restoring again frees what is live now and allocates the recorded blocks.
+  const PoolStateDelta again = set_pool_state(st);
+  EXPECT_EQ(again.freed.size(), 3u);
+  EXPECT_EQ(live(), expect);
+  for (std::uintptr_t p : expect) caching_allocator_delete(reinterpret_cast<void*>(p));
+  EXPECT_TRUE(live().empty());
+  h.free(later, 4096, 0, nullptr);
+  h.release_pool(0, pool);
+  empty_cache();
+  EXPECT_THROW(set_pool_state(st), ValueError) << "the pool's memory is gone";
+  EXPECT_THROW(pool_live_allocations(mine, 0), ValueError);
 }

@@ -7,9 +7,11 @@ torch (the real thing is tested on the GPU host: test_torch_interop_gpu.py)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import sys
 import types
+import weakref
 
 
 def _unsupported(what: str):
@@ -68,10 +70,30 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
             raise RuntimeError(swap_error)
         torch.current_allocator = raw
     C._cuda_changeCurrentAllocator = change
+    # Pool routing as torch's allocator does it through the plug-in's hooks: begin creates the
+    # pool or adds a use and routes this thread's allocations, end stops routing, release
+    # drops the use.
     torch.pool_calls = []
-    C._cuda_beginAllocateCurrentThreadToPool = lambda d, p: torch.pool_calls.append(("begin", d, p))
-    C._cuda_endAllocateToPool = lambda d, p: torch.pool_calls.append(("end", d, p))
-    C._cuda_releasePool = lambda d, p: torch.pool_calls.append(("release", d, p))
+    routes: dict = {}
+
+    def begin(d, p):
+        from cudakit import _C as ck
+        torch.pool_calls.append(("begin", d, p))
+        ref = ck._MemPool(id=tuple(ck._mem_torch_pool_id(p)), device=d)
+        routes.setdefault((d, tuple(p)), []).append([ref, ck._UseMemPool(ref, d)])
+
+    def end(d, p):
+        torch.pool_calls.append(("end", d, p))
+        entry = routes[(d, tuple(p))][-1]
+        entry[1].close()
+
+    def release(d, p):
+        torch.pool_calls.append(("release", d, p))
+        routes[(d, tuple(p))].pop()
+
+    C._cuda_beginAllocateCurrentThreadToPool = begin
+    C._cuda_endAllocateToPool = end
+    C._cuda_releasePool = release
 
     cuda = types.ModuleType("torch.cuda")
     memory = types.ModuleType("torch.cuda.memory")
@@ -91,6 +113,27 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
     for name in _MEMORY_EXPORTS:
         setattr(cuda, name, g[name])
 
+    _add_storages_and_graphs(torch, C, cuda, memory, handles)
+    return torch
+
+
+def _add_storages_and_graphs(torch, C, cuda, memory, handles) -> None:
+    """Storages, tensors, CUDA graphs and the storage/deleter entry points cudagraph trees use,
+    allocating for real through cudakit as torch's plug-in does: a storage's standard deleter is
+    torch's raw_delete, which frees only pointers torch's plug-in bookkeeping saw allocated
+    ("Trying to free a pointer not allocated here" otherwise)."""
+    from cudakit import _C as ck
+
+    torch.OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
+    cuda.OutOfMemoryError = torch.OutOfMemoryError
+    torch.plugged = {}  # CUDAPluggableAllocator's allocation_metadata_: data ptr -> size
+
+    def raw_delete(ptr):
+        if ptr not in torch.plugged:
+            raise RuntimeError("Trying to free a pointer not allocated here")
+        del torch.plugged[ptr]
+        ck._mem_delete(ptr)
+
     class StorageBase:
         def _share_cuda_(self):
             return ("handle", 0)
@@ -100,10 +143,92 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
             return "storage"
 
     class UntypedStorage(StorageBase):
-        pass
+        _impls: "weakref.WeakValueDictionary[int, UntypedStorage]" = weakref.WeakValueDictionary()
+
+        def __init__(self, ptr=0, nbytes=0, deleter=None):
+            self._ptr, self._nbytes, self._deleter = ptr, nbytes, deleter
+            self._cdata = id(self)  # the StorageImpl's address in torch
+            UntypedStorage._impls[self._cdata] = self
+
+        def data_ptr(self):
+            return self._ptr
+
+        def nbytes(self):
+            return self._nbytes
+
+        def __del__(self):
+            if self._deleter is not None:
+                self._deleter(self._ptr)
+
+        @classmethod
+        def _new_with_weak_ptr(cls, cdata):
+            return cls._impls.get(cdata)
 
     torch.UntypedStorage = UntypedStorage
-    return torch
+
+    class Tensor:
+        def __init__(self, storage):
+            self._storage = storage
+
+        def untyped_storage(self):
+            return self._storage
+
+        def data_ptr(self):
+            return self._storage.data_ptr()
+
+    def empty(nbytes, device=None):
+        """torch.empty(nbytes, dtype=torch.uint8, device="cuda") through the plug-in."""
+        ptr = ck._mem_alloc_for("torch", nbytes, None, None)
+        torch.plugged[ptr] = nbytes
+        return Tensor(UntypedStorage(ptr, nbytes, raw_delete))
+
+    torch.empty = empty
+    C._cuda_cudaCachingAllocator_raw_delete = raw_delete
+    C._construct_storage_from_data_pointer = lambda ptr, device, nbytes: UntypedStorage(ptr, nbytes)
+    C._has_Standard_Deleter = lambda cdata: UntypedStorage._impls[cdata]._deleter is raw_delete
+
+    def free_and_remove_deleter(cdata):
+        s = UntypedStorage._impls[cdata]
+        if s._deleter is not raw_delete:
+            raise RuntimeError("Unable to remove deleter")
+        s._deleter = None
+        raw_delete(s._ptr)
+
+    C._free_And_Remove_DeleterFn = free_and_remove_deleter
+    C._cuda_checkPoolLiveAllocations = _unsupported("checkPoolLiveAllocations")
+    C._cuda_getCheckpointState = _unsupported("getCheckpointState")
+    C._cuda_setCheckpointPoolState = _unsupported("setCheckpointPoolState")
+    C._cuda_attach_out_of_memory_observer = _unsupported("attachOutOfMemoryObserver")
+    C._cuda_isHistoryEnabled = lambda: False
+    metadata = {"value": ""}
+    C._cuda_setMemoryMetadata = lambda m: metadata.update(value=m)
+    C._cuda_getMemoryMetadata = lambda: metadata["value"]
+
+    class CUDAGraph:
+        def __init__(self):
+            self._pool = None
+            self._ref = None
+
+        def pool(self):
+            return self._pool
+
+        def reset(self):  # torch: releasePool
+            self._ref = None
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, stream=None):
+        # torch's capture_begin: the pool is created or gains a use (the graph's), and the
+        # capture's allocations are routed to it until capture_end.
+        g._pool = tuple(pool) if pool is not None else cuda.graph_pool_handle()
+        g._ref = ck._MemPool(id=tuple(ck._mem_torch_pool_id(g._pool)), device=0)
+        route = ck._UseMemPool(g._ref, 0)
+        try:
+            yield g
+        finally:
+            route.close()
+
+    cuda.CUDAGraph = CUDAGraph
+    cuda.graph = graph
 
 
 # The torch._C entry points torch.cuda.memory reads at call time.
@@ -176,11 +301,20 @@ def memory_summary(device=None, abbreviated=False):
     return "PyTorch CUDA memory summary\n" + "\n".join(rows)
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
-                           device=None, clear_history=False):
+                           device=None, clear_history=False, compile_context=False,
+                           global_record_annotations=False, skip_actions=None):
     if isinstance(enabled, bool):
         return torch._C._cuda_record_memory_history_legacy(enabled, True, max_entries, True, False)
     torch._C._cuda_record_memory_history(enabled, context, stacks, max_entries, clear_history,
-                                         False, False, [], False, True)
+                                         compile_context, global_record_annotations,
+                                         skip_actions if skip_actions is not None else [],
+                                         False, True)
+
+def _set_memory_metadata(metadata):
+    torch._C._cuda_setMemoryMetadata(metadata)
+
+def _get_memory_metadata():
+    return torch._C._cuda_getMemoryMetadata()
 
 def _snapshot(device=None):
     return torch._C._cuda_memorySnapshot(None)

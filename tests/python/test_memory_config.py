@@ -55,23 +55,28 @@ def test_inert_key_in_the_environment_warns_at_first_allocation():
     assert "UserWarning" in r.stderr
 
 
-def test_init_only_key_raises_once_an_allocator_exists_and_applies_before():
+def test_init_only_key_raises_once_an_allocator_exists_segment_kind_is_live():
     r = _run("""
         import cudakit.memory as m
         m._set_allocator_settings("expandable_segments:True")   # before any allocation: fine
         p = m.caching_allocator_alloc(3 << 20)
         print(m.memory_snapshot()[0]["is_expandable"])
         print(m._snapshot()["allocator_settings"]["expandable_segments"])
+        m._set_allocator_settings("expandable_segments:False")   # live, as torch: later segments
+        q = m.caching_allocator_alloc(30 << 20)   # fits no cached block: a new segment
+        print(sorted(s["is_expandable"] for s in m.memory_snapshot()))  # both kinds coexist
         try:
-            m._set_allocator_settings("expandable_segments:False")
+            m._set_allocator_settings("backend:cudaMallocAsync")
         except ValueError as e:
-            print("ValueError", "expandable_segments" in str(e))
+            print("ValueError", "backend" in str(e))
         m._set_allocator_settings("garbage_collection_threshold:0.8")   # live: fine
         print(m._snapshot()["allocator_settings"]["garbage_collection_threshold"])
         print(m.get_allocator_backend())
         m.caching_allocator_delete(p)
+        m.caching_allocator_delete(q)
     """)
-    assert r.stdout.split() == ["True", "True", "ValueError", "True", "0.8", "native"]
+    assert r.stdout.split() == ["True", "True", "[False,", "True]", "ValueError", "True", "0.8",
+                                "native"]
 
 
 def test_no_environment_side_doors_in_the_memory_module():

@@ -9,6 +9,7 @@ import os
 import pickle
 import sys
 import types
+import warnings
 
 import pytest
 
@@ -22,13 +23,17 @@ def interop(ck, monkeypatch):
     from cudakit import _torch_interop
 
     saved = dict(_torch_interop._state)
+    saved_history = dict(_torch_interop._history)
     _torch_interop._state.update(allocator=None, torch=None, patches=[])
+    _torch_interop._history.update(enabled=False, skip_actions=frozenset(), metadata=[],
+                                   cleared_before_us=0)
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     yield ck.memory
     _torch_interop.unpatch()
     _torch_interop._state.clear()
     _torch_interop._state.update(saved)
+    _torch_interop._history.update(saved_history)
 
 
 @pytest.fixture
@@ -166,7 +171,10 @@ def test_history_and_snapshot_in_torchs_format(interop, torch, tmp_path):
     # legacy bool form and the newer keyword arguments
     torch.cuda.memory._record_memory_history(True, max_entries=10)
     torch.cuda.memory._record_memory_history(False)
-    with pytest.warns(UserWarning, match="clear_history"):
+    with pytest.warns(UserWarning, match="global_record_annotations"):
+        torch.cuda.memory._record_memory_history("all", global_record_annotations=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # applied (snapshots hide earlier events): no warning
         torch.cuda.memory._record_memory_history("all", clear_history=True)
     torch.cuda.memory._record_memory_history(None)
 
@@ -262,10 +270,23 @@ def test_allocator_settings_reach_cudakit(interop, torch):
     with pytest.raises(ValueError, match="roundup_power2_divisions.*power of two"):
         torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:3")
     # fixed once the pool allocated: refused with cudakit's reason, torch's copy unchanged
-    with pytest.raises(ValueError, match="expandable_segments"):
-        torch.cuda.memory._set_allocator_settings(
-            "expandable_segments:" + ("False" if _expandable() else "True"))
+    with pytest.raises(ValueError, match="backend"):
+        torch.cuda.memory._set_allocator_settings("backend:cudaMallocAsync")
     assert torch.settings_calls == ["roundup_power2_divisions:4"]
+    # applied live, as torch does: later segments have the new kind, the old ones stay
+    flip = "False" if _expandable() else "True"
+    interop.empty_cache()
+    try:
+        keep = interop.caching_allocator_alloc(3 << 20)  # a segment of the kind in force
+        torch.cuda.memory._set_allocator_settings("expandable_segments:" + flip)
+        p = interop.caching_allocator_alloc(30 << 20)  # fits no cached block: a new segment
+        interop.caching_allocator_delete(keep)
+        kinds = {s["is_expandable"] for s in torch.cuda.memory.memory_snapshot()}
+        interop.caching_allocator_delete(p)
+        assert kinds == {True, False}
+    finally:
+        torch.cuda.memory._set_allocator_settings(
+            "expandable_segments:" + ("False" if flip == "True" else "True"))
     torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:0")  # the default
 
 

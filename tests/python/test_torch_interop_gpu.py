@@ -226,3 +226,82 @@ def test_cupy_and_torch_share_one_pool_with_breakdown():
         print("OK", {k: v["allocated_bytes"]["current"] for k, v in by.items()})
     """)
     assert "OK" in out
+
+
+def test_graph_pool_memory_outlives_empty_cache_and_the_graph():
+    # torch's test_graph_memory_stats_and_use_result_after_destroy_graph: empty_cache() between
+    # replays used to give the graph's freed intermediates back to the device (an illegal
+    # memory access on the next replay); the result stays usable after the graph is gone.
+    out = _run("""
+        import gc
+        m.use_with_torch()
+        for numel in (512 // 4, (10 << 20) // 4 + 128):
+            s = torch.cuda.Stream()
+            g = torch.cuda.CUDAGraph()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                a = torch.ones((numel,), device="cuda")
+                g.capture_begin()
+                b = a.clone()
+                for _ in range(5):
+                    b = b.clone() + 1
+                g.capture_end()
+            torch.cuda.current_stream().wait_stream(s)
+            for i in range(2):
+                g.replay()
+                assert b.sum().item() == 6 * numel
+                if i == 0:
+                    torch.cuda.empty_cache()
+            del g
+            gc.collect()
+            torch.cuda.empty_cache()
+            junk = [torch.full((numel,), 7.0, device="cuda") for _ in range(8)]
+            assert b.sum().item() == 6 * numel
+        # a block used on a second stream and freed during capture (test_graph_record_stream)
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        x = torch.zeros(3, device="cuda")
+        with torch.cuda.stream(s1):
+            g.capture_begin()
+            y = x.clone()
+            s2.wait_stream(s1)
+            with torch.cuda.stream(s2):
+                y.fill_(1.0)
+                y.record_stream(s2)
+                del y
+            s1.wait_stream(s2)
+            g.capture_end()
+        torch.cuda.synchronize()
+        torch.zeros(3, device="cuda")  # processes the deferred free's events
+        print("ok")
+    """)
+    assert "ok" in out
+
+
+def test_compile_reduce_overhead_and_torchs_oom_type():
+    out = _run("""
+        m.use_with_torch()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 8)).cuda()
+        x = torch.randn(16, 64, device="cuda")
+        with torch.no_grad():
+            ref = model(x)
+            f = torch.compile(model, mode="reduce-overhead")
+            for _ in range(4):  # warm-up, recording, replays (CUDA graph trees)
+                torch.compiler.cudagraph_mark_step_begin()
+                got = f(x).clone()
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+        seen = []
+        torch._C._cuda_attach_out_of_memory_observer(lambda *a: seen.append(a))
+        try:
+            torch.empty(1024 * 1024 * 1024 * 800000000, dtype=torch.int8, device="cuda")
+        except torch.cuda.OutOfMemoryError as e:
+            assert "Tried to allocate 800000000.00 GiB. GPU 0 has a total capacity of" in str(e), e
+            assert seen and seen[-1][1] == 1024 * 1024 * 1024 * 800000000, seen
+            print("oom-type-ok")
+        x.fill_(1)  # the device still works after the error
+        assert (x == 1).all()
+        print("ok")
+    """)
+    assert "oom-type-ok" in out and "ok" in out

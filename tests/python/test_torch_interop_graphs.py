@@ -1,0 +1,211 @@
+"""torch's allocator entry points that CUDA graph trees (torch.compile(mode="reduce-overhead"))
+and torch's memory tools call, answered by cudakit under use_with_torch(): a pool's live
+allocations, checkpointing a pool's state and putting it back, the out-of-memory type and
+observers, history metadata. Against fake_torch.py (allocating for real through cudakit, as
+torch's plug-in does), written as torch's own tests (TestBlockStateAbsorption) use them."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import fake_torch  # noqa: E402
+from test_torch_interop import interop  # noqa: E402,F401  (fixture)
+
+
+@pytest.fixture
+def torch(monkeypatch):
+    t = fake_torch.make()
+    monkeypatch.setitem(sys.modules, "torch", t)
+    return t
+
+
+def pool_blocks(torch, pool):
+    return [(b["size"], b["state"]) for s in torch.cuda.memory_snapshot()
+            if s["segment_pool_id"] == pool for b in s["blocks"]]
+
+
+def test_check_pool_live_allocations(interop, torch):
+    interop.use_with_torch()
+    pool = torch.cuda.graph_pool_handle()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool):
+        out = torch.empty(16, device="cuda")
+
+    def check(live):
+        return torch._C._cuda_checkPoolLiveAllocations(0, pool, live)
+
+    assert check({out.data_ptr()})
+    assert not check({out.data_ptr(), 0})
+    assert not check(set())
+    del out
+    assert check(set())
+    g.reset()
+
+
+def test_checkpoint_state_is_put_back_and_gives_storages_their_deleters(interop, torch):
+    # test_assigning_back_deleter_fns_to_tensor's sequence: state after the recording, the
+    # outputs die, replay outputs are rebuilt from data pointers (no deleter), the state is
+    # put back: the blocks are allocated again and the storages passed free them when they die.
+    interop.use_with_torch()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outputs = [torch.empty(2 << 20, device="cuda"), torch.empty(512, device="cuda"),
+                   torch.empty(512, device="cuda")]
+        tmp = torch.empty(4096, device="cuda")
+        del tmp
+    pool = g.pool()
+    ptrs = [t.data_ptr() for t in outputs]
+    before = pool_blocks(torch, pool)
+    state = torch._C._cuda_getCheckpointState(0, pool)
+    assert "AllocatorState" in repr(state)
+
+    del outputs
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, set())
+    rebuilt = [torch._C._construct_storage_from_data_pointer(p, 0, 512) for p in ptrs]
+    assert not torch._C._has_Standard_Deleter(rebuilt[0]._cdata)
+    torch._C._cuda_setCheckpointPoolState(0, state, [], [rebuilt[0]._cdata, rebuilt[1]._cdata])
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, set(ptrs))
+    assert pool_blocks(torch, pool) == before  # the same layout and states
+    assert torch._C._has_Standard_Deleter(rebuilt[0]._cdata)
+    rebuilt[0] = None
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, set(ptrs[1:]))
+    rebuilt[1] = None
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, {ptrs[2]})
+    rebuilt[2] = None  # not passed: no deleter, the block stays allocated
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, {ptrs[2]})
+    torch._C._cuda_cudaCachingAllocator_raw_delete(ptrs[2])  # cudagraph trees' dead outputs
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, set())
+    with pytest.raises(RuntimeError, match="not allocated here"):
+        torch._C._cuda_cudaCachingAllocator_raw_delete(ptrs[2])  # freed twice
+    g.reset()
+
+
+def test_checkpoint_frees_stale_storages_only_when_given(interop, torch, capfd):
+    # test_additional_free_following_checkpoint: a tensor of a later recording into the same
+    # pool is freed by putting the state back; it must be passed as stale, and then loses its
+    # deleter (its death frees nothing that may be someone else's by then).
+    interop.use_with_torch()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        first = torch.empty(512, device="cuda")
+    pool = g.pool()
+    state = torch._C._cuda_getCheckpointState(0, pool)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2, pool=pool):
+        second = torch.empty(512, device="cuda")
+    with pytest.raises(RuntimeError, match="stale tensors"):
+        torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, {first.data_ptr(), second.data_ptr()})
+    torch._C._cuda_setCheckpointPoolState(0, state, [second.untyped_storage()._cdata], [])
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, {first.data_ptr()})
+    assert not torch._C._has_Standard_Deleter(second.untyped_storage()._cdata)
+    del second
+    assert torch._C._cuda_checkPoolLiveAllocations(0, pool, {first.data_ptr()})
+    assert "not a live cudakit allocation" not in capfd.readouterr().err
+    del first
+    g.reset()
+    g2.reset()
+
+
+def test_checkpoint_state_of_a_released_pool_is_refused(interop, torch):
+    interop.use_with_torch()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = torch.empty(512, device="cuda")
+    pool = g.pool()
+    state = torch._C._cuda_getCheckpointState(0, pool)
+    del out
+    g.reset()
+    torch.cuda.empty_cache()
+    with pytest.raises(ValueError, match="no pool"):
+        torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+    with pytest.raises(TypeError, match="getCheckpointState"):
+        torch._C._cuda_setCheckpointPoolState(0, object(), [], [])
+
+
+def test_out_of_memory_is_torchs_type(interop, torch):
+    interop.use_with_torch()
+    from cudakit import _C
+    calls = []
+    torch._C._cuda_attach_out_of_memory_observer(lambda *a: calls.append(a))
+    with pytest.raises(TypeError, match="callable"):
+        torch._C._cuda_attach_out_of_memory_observer(42)
+    # the hook raises it (tests/cpp/test_memory_plugin.cpp); here: it was handed to cudakit
+    with pytest.raises(TypeError, match="exception class"):
+        _C._mem_torch_set_oom_type(int)
+
+
+def test_history_metadata_and_skip_actions(interop, torch):
+    interop.use_with_torch()
+    mem = torch.cuda.memory
+    assert not torch._C._cuda_isHistoryEnabled()
+    mem._set_memory_metadata("step 1")
+    assert mem._get_memory_metadata() == "step 1"
+    try:
+        mem._record_memory_history(context="all", stacks="python",
+                                   skip_actions=["free_requested"])
+        assert torch._C._cuda_isHistoryEnabled()
+        x = torch.empty(128 * 128 * 4, device="cuda")
+        del x
+        mem._set_memory_metadata("")
+        y = torch.empty(4096, device="cuda")
+        del y
+        trace = mem._snapshot()["device_traces"][0]
+        actions = {e["action"] for e in trace}
+        assert "free_requested" not in actions and {"alloc", "free_completed"} <= actions
+        assert all(e["compile_context"] == "N/A" for e in trace)
+        sized = [e for e in trace if e["action"] == "alloc"]
+        assert sized[-2]["user_metadata"] == "step 1" and sized[-1]["user_metadata"] == ""
+    finally:
+        mem._record_memory_history(None, clear_history=True)
+    assert not torch._C._cuda_isHistoryEnabled()
+    mem._record_memory_history(context="all", stacks="python")
+    try:
+        z = torch.empty(8192, device="cuda")
+        trace = mem._snapshot()["device_traces"][0]
+        assert trace and all(e["size"] >= 8192 or e["action"].startswith("segment")
+                             for e in trace), "events before clear_history are gone"
+        del z
+    finally:
+        mem._record_memory_history(None)
+
+
+def test_mempool_with_torchs_pluggable_allocator(interop, torch):
+    # torch.cuda.MemPool(allocator=torch.cuda.memory.CUDAPluggableAllocator(...)): the pool's
+    # segments come from the user's functions, and go back to them when the pool is released.
+    import ctypes
+    interop.use_with_torch()
+    ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    buffers, calls = {}, []
+
+    @ALLOC
+    def dummy_alloc(size, device, stream):
+        buf = ctypes.create_string_buffer(size)
+        buffers[ctypes.addressof(buf)] = buf
+        calls.append(("alloc", size))
+        return ctypes.addressof(buf)
+
+    @FREE
+    def dummy_free(ptr, size, device, stream):
+        calls.append(("free", size))
+        buffers.pop(ptr)
+
+    # what torch.cuda.memory.CUDAPluggableAllocator(path, "dummy_alloc", "dummy_free") does
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    allocator = torch.cuda.memory._CUDAAllocator(
+        torch._C._cuda_customAllocator(address(dummy_alloc), address(dummy_free)))
+    pool = torch.cuda.MemPool(allocator=allocator)
+    assert pool.allocator is allocator and pool.use_count() == 1
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(4096, device="cuda")
+    assert calls == [("alloc", 2 << 20)]
+    assert any(b["address"] == x.data_ptr() for s in pool.snapshot() for b in s["blocks"])
+    del x
+    assert calls == [("alloc", 2 << 20)], "cached while the pool lives"
+    del pool
+    assert calls == [("alloc", 2 << 20), ("free", 2 << 20)]
+    assert not buffers
+    with pytest.raises(NotImplementedError, match="created before use_with_torch"):
+        torch.cuda.MemPool(allocator=torch.cuda.memory._CUDAAllocator(object()))
