@@ -253,7 +253,8 @@ TEST(EngineApi, GraphDataDemanglesKernelNames) {
   });
   g.instantiate();
   std::vector<std::string> names;
-  for (const auto& n : g.get_graph_data()->nodes) {
+  const std::shared_ptr<const GraphData> data = g.get_graph_data();
+  for (const auto& n : data->nodes) {
     if (n.kernel_name) names.push_back(*n.kernel_name);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"decode(float*, int)", "plain_c_kernel"}));
