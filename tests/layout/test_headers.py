@@ -1,15 +1,16 @@
 """Every public header compiles alone, with every compiler an engine author may use.
 
-- g++ and clang++ (clangd / clang-tidy too), -std=c++20: each header by itself, so none leans
-  on an include that another header happened to make. -Wall -Wextra -Werror: a consumer with
-  warnings as errors must not be broken by cudakit's headers.
+- g++ -std=c++20: each header by itself, so none leans on an include that another header
+  happened to make; clang++ -std=c++20 (clangd / clang-tidy too): all of them through the
+  umbrella header. -Wall -Wextra -Werror: a consumer with warnings as errors must not be
+  broken by cudakit's headers.
 - The headers a .cu file needs (streams, devices, memory, graphs, annotations, NVTX, ...)
   also as C++17, the dialect nvcc uses unless told otherwise, and through nvcc itself when a
   CUDA toolkit is installed. sanitizer.hpp (std::span in its API) and the umbrella header
   need C++20 and must say so with an #error rather than a cascade of parse errors.
 
 Plain compiler runs (-fsyntax-only; nvcc --cuda: its front end only): no build tree needed.
-About 55 compiles, ~30 s of CPU, spread over the cores.
+About 30 compiles, ~20 s of CPU, spread over the cores.
 """
 from __future__ import annotations
 
@@ -60,13 +61,26 @@ def _failures(results) -> str:
                        for (c, s, h, _), r in results if r.returncode != 0)
 
 
-@pytest.mark.parametrize("compiler", ["g++", "clang++"])
-def test_every_public_header_compiles_alone_as_cxx20(compiler, tmp_path):
-    if shutil.which(compiler) is None:
-        pytest.skip(f"{compiler} not installed")
-    results = _run_all([(compiler, "c++20", h, tmp_path) for h in HEADERS])
+def test_every_public_header_compiles_alone_as_cxx20(tmp_path):
+    """g++, each header in its own translation unit: none leans on another's includes."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed")
+    results = _run_all([("g++", "c++20", h, tmp_path) for h in HEADERS])
     bad = _failures(results)
-    assert not bad, f"public headers that {compiler} rejects:\n{bad}"
+    assert not bad, f"public headers that g++ rejects alone:\n{bad}"
+
+
+def test_clang_parses_every_public_header(tmp_path):
+    """clang++ (and so clangd / clang-tidy) on all of them at once, through the umbrella
+    header: what clang rejects and g++ takes is syntax (the namespace attribute position of
+    issue 30), not a missing include, so one translation unit finds it at a 25th of the cost."""
+    if shutil.which("clang++") is None:
+        pytest.skip("clang++ not installed")
+    r = _compile("clang++", "c++20", "cudakit.hpp", tmp_path)
+    assert r.returncode == 0, f"clang++ rejects the public headers:\n{r.stderr[-4000:]}"
+    umbrella = (INCLUDE / "cudakit" / "cudakit.hpp").read_text()
+    missing = [h for h in HEADERS if h != "cudakit.hpp" and f'"cudakit/{h}"' not in umbrella]
+    assert not missing, f"cudakit/cudakit.hpp does not include {missing}"
 
 
 @pytest.mark.parametrize("compiler", ["g++", "clang++"])
