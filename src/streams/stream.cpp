@@ -1,6 +1,7 @@
 // StreamRef / Stream, the per-thread current stream and the per-device stream pools.
 #include "cudakit/stream.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <mutex>
@@ -227,10 +228,12 @@ void set_stream(StreamRef stream) {
 StreamRef stream_from_pool(int device, int priority) {
   int d = resolve_device(device);
   auto& be = detail::backend();
-  const std::pair<int, int> range = stream_priority_range(d);
-  check_priority("Stream", d, priority, range);  // Python's Stream() comes here
-  const int p = priority;  // lower number = higher priority
-  int level = range.first - p;
+  // torch's pool semantics (getStreamFromPool; torch.cuda.Stream(priority=) documents it):
+  // a priority outside the range maps to the nearest valid one. Stream(device, priority) is
+  // the strict form.
+  const auto [least, greatest] = stream_priority_range(d);
+  const int p = std::clamp(priority, greatest, least);  // lower number = higher priority
+  int level = least - p;
   if (level >= kMaxPriorityLevels) level = kMaxPriorityLevels - 1;
   PriorityPool& pool = pools(d).levels[level];
   std::call_once(pool.once, [&] {

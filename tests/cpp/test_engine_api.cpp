@@ -166,7 +166,7 @@ TEST(EngineApi, RawCopiesAreCapturedIntoGraphs) {
 
 // ---- stream priorities and error texts ----
 
-TEST(EngineApi, StreamPrioritiesOutsideTheRangeAreRefused) {
+TEST(EngineApi, OwnedStreamsRefusePrioritiesOutsideTheRange) {
   REQUIRE_DEVICE();
   const auto [least, greatest] = stream_priority_range(0);
   EXPECT_GE(least, greatest);  // numerically lower is higher priority
@@ -177,9 +177,12 @@ TEST(EngineApi, StreamPrioritiesOutsideTheRangeAreRefused) {
   const std::string m = message_of<ValueError>([&] { Stream s(0, -100); });
   EXPECT_NE(m.find("priority -100"), std::string::npos) << m;
   EXPECT_NE(m.find(range), std::string::npos) << m;
-  EXPECT_NE(message_of<ValueError>([&] { stream_from_pool(0, least + 1); }).find(range),
+  EXPECT_NE(message_of<ValueError>([&] { Stream s(0, least + 1); }).find(range),
             std::string::npos);
+  // The pool keeps torch's semantics: the nearest valid priority.
   EXPECT_EQ(stream_from_pool(0, greatest).priority(), greatest);
+  EXPECT_EQ(stream_from_pool(0, -100).priority(), greatest);
+  EXPECT_EQ(stream_from_pool(0, least + 7).priority(), least);
 }
 
 TEST(EngineApi, BadDeviceIndexNamesTheValidRange) {
