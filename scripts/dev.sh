@@ -127,7 +127,7 @@ case "$mode" in
     backend=emulated; gpu_present && backend=cuda
     out="$BUILD_DIR/showcase-out"
     echo "== C++ showcase on the $backend backend"
-    CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_showcase"
+    CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_showcase" "$out"
     echo "== C++ engine example on the $backend backend"
     CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_engine" "$out"
     PYTHONPATH="$BUILD_DIR/python" "$PYTHON" -m cudakit.memory_viz "$out/engine_memory.json" \
