@@ -1,37 +1,105 @@
-"""cudakit Python showcase: devices, streams, events and a small timed workload."""
+"""cudakit Python showcase: the main job in a minute.
+
+A decode-like step (matmul, relu, add) is captured into a CUDA graph with kernel annotations,
+replayed under the tracer, updated in place with a capture on other buffers, and the run
+leaves two files to open: a Chrome/Perfetto trace whose kernel events carry the annotations,
+and the allocator's memory snapshot rendered as a self-contained HTML page.
+
+    PYTHONPATH=build/python CUDAKIT_BACKEND=emulated python3 examples/showcase.py [OUTDIR]
+
+Needs only the standard library (numpy is not used). On the GPU leave CUDAKIT_BACKEND unset.
+"""
+import json
+import os
+import pathlib
+import sys
+import tempfile
 import time
 
 import cudakit
+from cudakit import memory_viz, profiler
+from cudakit.graph_annotations import get_kernel_annotations, mark_kernels
+
+out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="cudakit-"))
+out.mkdir(parents=True, exist_ok=True)
 
 print(f"cudakit {cudakit.__version__} — backend: {cudakit.backend_name()}")
 if not cudakit.is_available():
     raise SystemExit("no device: set CUDAKIT_BACKEND=emulated to try cudakit without a GPU")
+caps = cudakit.backend_capabilities()
+print(f"  {caps}")
 for d in range(cudakit.device_count()):
-    print(f"  [{d}] {cudakit.get_device_properties(d)}")
+    p = cudakit.get_device_properties(d)
+    print(f"  [{d}] {p.name}  sm_{p.major}{p.minor}  {p.total_memory / 2**30:.1f} GiB")
 
-s = cudakit.Stream()
-start, end = cudakit.Event(enable_timing=True), cudakit.Event(enable_timing=True)
-with cudakit.stream(s):
-    start.record()
-    end.record()
-end.synchronize()
-print(f"empty interval on a pooled stream: {start.elapsed_time(end):.4f} ms")
+# Record allocator history from the start: the snapshot then shows where each block came from.
+cudakit.memory._record_memory_history()
 
-n = 200_000
-t0 = time.perf_counter()
-for _ in range(n):
-    cudakit.current_stream()
-dt = (time.perf_counter() - t0) / n * 1e6
-print(f"current_stream(): {dt:.3f} us per call")
-# Arrays, RNG and the caching allocator.
+# ---- a decode step: h = relu(x @ W1) @ W2 + x, on buffers that stay put ----
+dim = 256
 cudakit.manual_seed(0)
-x = cudakit.randn(1024, 1024)
-y = (x @ x.T).relu()
+w1 = cudakit.randn(dim, dim) * (1.0 / dim ** 0.5)
+w2 = cudakit.randn(dim, dim) * (1.0 / dim ** 0.5)
+x = cudakit.randn(8, dim)
+
+
+def step(inp):
+    with mark_kernels({"name": "mlp_up", "layer": 0}):
+        h = (inp @ w1).relu()
+    with mark_kernels({"name": "mlp_down", "layer": 0}):
+        return h @ w2 + inp
+
+
+# Capture once (keep_graph: the template stays for get_graph_data and update).
+g = cudakit.CUDAGraph(keep_graph=True)
+with cudakit.graph(g, enable_annotations=True):
+    y = step(x)
+g.instantiate()
+ann = get_kernel_annotations()
+print(f"captured the step: {len(ann)} annotated node(s), e.g. "
+      f"{next(iter(ann.values())) if ann else 'none'}")
+
+# Replay under the tracer: each replayed kernel event carries its annotation in the trace.
+steps = 20
+with profiler.trace() as tr:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        g.replay()
+    cudakit.synchronize()
+    replay_ms = (time.perf_counter() - t0) * 1e3 / steps
+trace_path = out / "trace.json"
+tr.export_chrome_trace(str(trace_path))
+events = json.loads(trace_path.read_text())["traceEvents"]
+annotated = [e for e in events if isinstance(e.get("args"), dict) and "layer" in e["args"]]
+print(f"{steps} replays: {replay_ms:.3f} ms per step; trace has {len(events)} events, "
+      f"{len(annotated)} kernel events annotated from the graph")
+
+# Same step on other buffers: capture again, update the instantiated graph in place (no new
+# instantiation; the exec graph id, hence trace ids and annotations, stay the same).
+x2 = cudakit.randn(8, dim)
+g2 = cudakit.CUDAGraph(keep_graph=True)
+with cudakit.graph(g2):
+    y2 = step(x2)
+g.update(g2)
+g.replay()
+expect = step(x2)
 cudakit.synchronize()
-print(f"randn -> matmul -> relu: sum={float(y.sum().cpu().numpy()):.1f}")
+d = y2 - expect
+diff = float((d * d).sum().item()) ** 0.5
+print(f"updated the graph from a new capture: |replay - eager| = {diff:.2e}")
+
+# The memory snapshot, rendered to HTML by cudakit's viewer.
+snap_path = out / "memory.pickle"
+cudakit.memory._dump_snapshot(str(snap_path))
+html_path = out / "memory.html"
+memory_viz.main([str(snap_path), "-o", str(html_path)])
+cudakit.memory._record_memory_history(None)
 print(f"allocated {cudakit.memory_allocated() / 2**20:.1f} MiB, "
       f"reserved {cudakit.memory_reserved() / 2**20:.1f} MiB")
-del x, y
-cudakit.empty_cache()
-print(f"after empty_cache: reserved {cudakit.memory_reserved() / 2**20:.1f} MiB")
-print("ok")
+
+print("\nopen these:")
+print(f"  trace:    {trace_path}   (https://ui.perfetto.dev or chrome://tracing)")
+print(f"  memory:   {html_path}   (any browser; from {snap_path})")
+ok = diff < 1e-3 and len(annotated) > 0 and os.path.getsize(html_path) > 0
+print("ok" if ok else "FAILED")
+sys.exit(0 if ok else 1)

@@ -123,12 +123,19 @@ gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/nul
 
 case "$mode" in
   showcase)
-    install_deps; build cudakit_showcase cudakit_python  # only what the showcase runs
+    # Only what the showcase runs; still every library source: ~25 min on 2 cores uncached.
+    echo "== building the library, the Python extension and the examples ($JOBS jobs)"
+    install_deps; build cudakit_showcase cudakit_engine cudakit_python
     backend=emulated; gpu_present && backend=cuda
+    out="$BUILD_DIR/showcase-out"
     echo "== C++ showcase on the $backend backend"
-    CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_showcase"
+    CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_showcase" "$out"
+    echo "== C++ engine example on the $backend backend"
+    CUDAKIT_BACKEND=$backend "$BUILD_DIR/examples/cudakit_engine" "$out"
+    PYTHONPATH="$BUILD_DIR/python" "$PYTHON" -m cudakit.memory_viz "$out/engine_memory.json" \
+      -o "$out/engine_memory.html" && echo "  memory page: $out/engine_memory.html"
     echo "== Python showcase on the $backend backend"
-    CUDAKIT_BACKEND=$backend PYTHONPATH="$BUILD_DIR/python" "$PYTHON" examples/showcase.py
+    CUDAKIT_BACKEND=$backend PYTHONPATH="$BUILD_DIR/python" "$PYTHON" examples/showcase.py "$out"
     ;;
   test)
     install_deps chromium; build  # chromium: the memory viewer's headless-browser test

@@ -6,7 +6,7 @@
 # anchor), and writes logs plus summary.md into OUTDIR (at most 8 files).
 # The device tool limits one command to 10 minutes, so the work can be split over calls on a
 # warm machine (the build directory stays):
-#   STEPS="build cuda"  STEPS="build bench"  (default: build cuda emulated bench)
+#   STEPS="build cuda"  STEPS="build bench"  (default: build cuda examples emulated bench)
 #   BENCH_PY="bench/graphs/bench_*.py bench/comm/bench_*.py"  (default: every bench/*/bench_*.py)
 #   BENCH_CPP=0 skips the C++ benchmarks, BENCH_CPP="bench_profiler bench_graphs" runs only
 #   those (names in build-gpu/bench); SKIP_TRACES=1 skips the trace replays.
@@ -36,7 +36,7 @@ say '```'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
 say '```'
 
-STEPS=${STEPS:-build cuda emulated bench}
+STEPS=${STEPS:-build cuda examples emulated bench}
 has_step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 t0=$(date +%s)
@@ -85,7 +85,22 @@ run_suite() {  # backend
     say "| pytest sync-debug=error ($be) | ${py:-see test-$be.log} | $(( $(date +%s) - ts )) |"
   fi
 }
+# The examples on the GPU (the engine's own .cu kernels run only here): their output goes to
+# the cuda test log (OUTDIR holds at most 8 files) and their result lines to the summary.
+run_examples() {
+  local t=$(date +%s) log="$OUT/test-cuda.log"
+  echo "== examples/engine (cuda)" >> "$log"
+  CUDAKIT_BACKEND=cuda timeout 300 "$BUILD/examples/cudakit_engine" "$BUILD/engine-out" >> "$log" 2>&1
+  local rc=$?
+  echo "== examples/showcase.py (cuda)" >> "$log"
+  CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 300 "$PY" examples/showcase.py \
+    "$BUILD/showcase-out" >> "$log" 2>&1
+  local rc_py=$?
+  say "| examples (cuda) | engine rc=$rc, showcase.py rc=$rc_py | $(( $(date +%s) - t )) |"
+  grep -E "^(own kernels|captured|[0-9]+ replays|KV slot|updated)" "$log" | sed 's/^/    /' | tee -a "$summary" > /dev/null
+}
 has_step cuda && run_suite cuda
+has_step examples && run_examples
 has_step emulated && run_suite emulated
 has_step bench || exit 0
 

@@ -51,6 +51,29 @@ std::string backend_name();
 // Selects the backend before first use (alternative to CUDAKIT_BACKEND).
 void set_backend(const std::string& name);
 
+// What the backend in use can do: decide by these, never by comparing backend_name().
+struct BackendCapabilities {
+  std::string backend;  // "cuda" or "emulated": for display and reports only
+  // Device kernels run on the device: Stream::handle() is a CUstream / cudaStream_t of the
+  // device's primary context (the CUDA runtime's), device pointers are CUDA device pointers,
+  // so one's own kernels (a .cu file, cuLaunchKernel) and CUDA libraries run on cudakit's
+  // streams and memory. False on the emulated backend: its handles mean nothing to CUDA.
+  bool runs_kernels = false;
+  // Host code may dereference device pointers (emulated: device memory is host memory).
+  bool host_addressable_device_memory = false;
+  // current_blas_handle() / current_solver_handle() return cuBLAS / cuSOLVER handles.
+  bool vendor_math_handles = false;
+  // IPC handles (memory, events) open in another process.
+  bool cross_process_ipc = false;
+  // Telemetry (utilization(), temperature(), ...) comes from hardware sensors (NVML).
+  bool hardware_telemetry = false;
+  // Graph node tools ids (graph annotations, get_graph_data(), profiler joins) are available.
+  // Asking may load CUPTI on a cuda driver older than 13.1.
+  bool graph_tools_ids = false;
+};
+// Never throws; does not create a device context (only graph_tools_ids may load CUPTI).
+BackendCapabilities backend_capabilities() noexcept;
+
 bool is_available() noexcept;   // device_count() > 0; never throws
 // Why is_available() is false ("no CUDA driver: libcuda.so.1 not found", ...); "" when a
 // device is available. Never throws (a failure to ask is itself the reason).

@@ -35,6 +35,7 @@
 // the thread that created it, with the same stream current.
 #pragma once
 
+#include "cudakit/error.hpp"
 #include "cudakit/export.hpp"
 
 #include <cstdint>
@@ -42,6 +43,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -51,7 +53,38 @@
 namespace CUDAKIT_API cudakit {
 namespace graph_annotations {
 
-using AnnotationValue = std::variant<std::nullptr_t, bool, std::int64_t, double, std::string>;
+// A JSON scalar. Every integer type converts (size_t, unsigned, int, ...) and is stored as
+// int64 (an unsigned value above INT64_MAX is a ValueError), float as double, and a string
+// literal as a string. It is a std::variant (std::visit, std::get work on it).
+class AnnotationValue
+    : public std::variant<std::nullptr_t, bool, std::int64_t, double, std::string> {
+ public:
+  using Variant = std::variant<std::nullptr_t, bool, std::int64_t, double, std::string>;
+  using Variant::Variant;
+  AnnotationValue() = default;
+  // The integer types std::variant's own conversion refuses (it will not narrow size_t or
+  // uint64_t to int64_t, and refuses every alternative for them).
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                                 !std::is_constructible_v<Variant, T>, int> = 0>
+  AnnotationValue(T v)  // NOLINT: implicit, as the variant's own conversions
+      : Variant(checked_int64(v)) {}
+  AnnotationValue(float v) : Variant(static_cast<double>(v)) {}  // NOLINT
+  AnnotationValue(const char* s) : Variant(std::string(s)) {}    // NOLINT (not bool)
+
+ private:
+  template <typename T>
+  static std::int64_t checked_int64(T v) {
+    if constexpr (std::is_unsigned_v<T>) {
+      if (v > static_cast<std::uint64_t>(INT64_MAX)) {
+        throw ValueError("graph_annotations: annotation value " + std::to_string(v) +
+                         " does not fit a 64-bit signed integer (JSON integers are int64 "
+                         "here): pass it as a double or a string");
+      }
+    }
+    return static_cast<std::int64_t>(v);
+  }
+};
 // Keys in insertion order (a str annotation becomes {"name": str}). Duplicate keys: the
 // first wins.
 using Annotation = std::vector<std::pair<std::string, AnnotationValue>>;

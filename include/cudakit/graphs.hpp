@@ -115,7 +115,7 @@ struct GraphNodeData {
   std::uint64_t tools_id = 0;  // (graph_id << 32) | node_id
   std::uint32_t graph_id = 0;  // == exec_graph_id
   std::uint32_t node_id = 0;
-  std::optional<std::string> kernel_name;  // kernel nodes
+  std::optional<std::string> kernel_name;  // kernel nodes, demangled ("decode(float*, int)")
   std::uintptr_t event_ptr = 0;            // event_record / wait_event nodes, else 0
   std::uintptr_t host_fn_addr = 0;         // host nodes, else 0
   std::optional<std::string> host_fn_name;  // demangled symbol of host_fn_addr, if exported
@@ -166,6 +166,18 @@ class CUDAGraph {
   // Destroy hooks and callbacks of this cycle, then frees everything; the object can capture
   // again. Per-graph lifecycle hooks stay registered.
   void reset();
+  // Updates this graph's exec graph in place with the node parameters of `newly_captured`
+  // (cudaGraphExecUpdate): a capture of the same work with other pointers, sizes or scalars
+  // (a decode step at another position, other buffers) replays through this graph without
+  // instantiating again, and this graph keeps its exec graph id (so its profiler ids and
+  // kernel annotations stay valid). `newly_captured` must have a live template (keep_graph or
+  // before capture_end_post), this graph must be instantiated, and both must have the same
+  // topology: the same nodes in the same order, of the same kinds, with the same edges
+  // (ValueError saying what differs otherwise; this graph is then unchanged). The memory the
+  // new capture allocated belongs to its pool: this graph retains that pool until reset().
+  // Graphs that use cudakit's RNG are refused (their Philox offsets are per graph).
+  // Must not race with a replay of this graph.
+  void update(const CUDAGraph& newly_captured);
 
   // The last capture ended with no node: nothing ran on the capture stream (torch warns "The
   // CUDA Graph is empty" at capture_end; the Python binding does the same).

@@ -399,4 +399,8 @@ void record_memory_history(std::optional<std::string> enabled = std::string("all
 // The allocator state in torch's snapshot format ({"segments", "device_traces",
 // "allocator_settings"}) as JSON; `pool` restricts segments to one MemPool.
 std::string memory_snapshot_json(std::optional<MempoolId> pool = std::nullopt);
+// Writes memory_snapshot_json(pool) to `path` (python -m cudakit.memory_viz path -o page.html
+// renders it). JSON, so a .pickle / .pkl name is a ValueError (Python's _dump_snapshot writes
+// pickles); IoError when the file cannot be written.
+void dump_snapshot(const std::string& path, std::optional<MempoolId> pool = std::nullopt);
 }  // namespace cudakit

@@ -30,11 +30,11 @@
 #include "cudakit/export.hpp"
 
 #include <atomic>
-#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace CUDAKIT_API cudakit {
 namespace nvtx {
@@ -50,7 +50,10 @@ struct Color {
   // "#RRGGBB" or "#AARRGGBB". Throws ValueError naming the text and what is accepted.
   static Color parse(std::string_view text);
   constexpr bool is_set() const noexcept { return argb != 0; }
-  friend constexpr bool operator==(Color, Color) = default;
+  // Spelled out rather than defaulted: this header also compiles as C++17 (nvcc's default
+  // dialect for .cu files).
+  friend constexpr bool operator==(Color a, Color b) noexcept { return a.argb == b.argb; }
+  friend constexpr bool operator!=(Color a, Color b) noexcept { return a.argb != b.argb; }
 };
 
 // A number attached to an event (NVTX payload); Nsight Systems shows it with the range.
@@ -59,10 +62,11 @@ class Payload {
   enum class Kind : std::uint8_t { none, int64, uint64, float64 };
 
   constexpr Payload() noexcept = default;
-  template <std::signed_integral T>
+  // enable_if rather than concepts: C++17 (nvcc's default dialect) includes this header too.
+  template <typename T, std::enable_if_t<std::is_integral_v<T> && std::is_signed_v<T>, int> = 0>
   constexpr Payload(T v) noexcept : kind_(Kind::int64), i_(v) {}  // NOLINT: implicit by design
-  template <std::unsigned_integral T>
-    requires(!std::same_as<T, bool>)
+  template <typename T, std::enable_if_t<std::is_integral_v<T> && std::is_unsigned_v<T> &&
+                                             !std::is_same_v<T, bool>, int> = 0>
   constexpr Payload(T v) noexcept : kind_(Kind::uint64), u_(v) {}  // NOLINT
   constexpr Payload(double v) noexcept : kind_(Kind::float64), d_(v) {}  // NOLINT
   Payload(bool) = delete;  // a flag is not a measurement: pass 0 / 1 explicitly

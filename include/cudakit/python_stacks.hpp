@@ -28,7 +28,9 @@ namespace CUDAKIT_API cudakit {
 struct PyFrameRef {
   const void* code = nullptr;
   int lasti = -1;
-  bool operator==(const PyFrameRef&) const = default;
+  // Not defaulted: memory.hpp includes this header, and .cu files compile it as C++17.
+  bool operator==(const PyFrameRef& o) const noexcept { return code == o.code && lasti == o.lasti; }
+  bool operator!=(const PyFrameRef& o) const noexcept { return !(*this == o); }
 };
 
 using PyStackHook = void (*)(std::vector<PyFrameRef>& out);

@@ -44,6 +44,13 @@
 // finishes against the state it started with).
 #pragma once
 
+// std::span is part of this header's API (declare_access), so it needs C++20. nvcc compiles
+// .cu files as C++17 unless told otherwise: pass -std=c++20 to nvcc (CMake: CUDA_STANDARD 20)
+// for a .cu file that includes it.
+#if __cplusplus < 202002L
+#error "cudakit/sanitizer.hpp needs C++20 (std::span): compile with -std=c++20 (nvcc too)"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>

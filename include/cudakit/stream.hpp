@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "cudakit/device.hpp"
 #include "cudakit/export.hpp"
@@ -131,10 +132,41 @@ StreamRef default_stream(int device = kCurrentDevice);
 // Sets the current stream of the calling thread on the stream's device.
 void set_stream(StreamRef stream);
 // A stream from the per-device pool (round-robin, 32 per priority class, created lazily),
-// like torch's getStreamFromPool. priority < 0 selects the high-priority pool.
+// like torch's getStreamFromPool. priority < 0: a high-priority pool (clamped into range).
 StreamRef stream_from_pool(int device = kCurrentDevice, int priority = 0);
 // Wraps an externally created stream; the caller keeps it alive.
 StreamRef get_stream_from_external(std::uintptr_t data_ptr, int device = kCurrentDevice);
+// Valid stream priorities of `device` as {least, greatest} (cudaDeviceGetStreamPriorityRange
+// order: lower is higher priority, e.g. {0, -5}). Stream(device, priority) refuses others with
+// a ValueError naming this range (a priority that does not exist is a caller's bug); the pool
+// (stream_from_pool, torch.cuda.Stream(priority=)) maps them to the nearest valid one, as torch.
+std::pair<int, int> stream_priority_range(int device = kCurrentDevice);
+
+// ---- raw-pointer copies and fills, ordered on a stream ----
+// For code that manages its own buffers (an engine's KV cache, staging areas): the same
+// cuMemcpyAsync / cuMemsetD8Async cudakit's arrays use, enqueued on `stream` and captured
+// into a graph when `stream` is capturing. Unified addressing: dst and src may each be device
+// memory of any device, pinned host memory or (synchronous for the host, as in CUDA)
+// pageable host memory. The caller orders the memory's use on other streams (events,
+// record_stream) as with any stream-ordered work. bytes == 0 is a no-op; null pointers with
+// bytes > 0 are a ValueError.
+void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamRef stream);
+// Sets `bytes` bytes at dst to (unsigned char)value (cudaMemsetAsync). ValueError for a value
+// outside [-128, 255].
+void memset_async(void* dst, int value, std::size_t bytes, StreamRef stream);
+// A copy between two devices' memory (cudaMemcpyPeerAsync): checks that dst lives on
+// dst_device and src on src_device (ValueError naming the devices otherwise), then copies
+// on `stream` (peer access, when enabled, makes it a direct copy; otherwise the driver
+// stages it).
+void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
+                       std::size_t bytes, StreamRef stream);
+// The same on the current stream of the current device.
+inline void memcpy_async(void* dst, const void* src, std::size_t bytes) {
+  memcpy_async(dst, src, bytes, current_stream());
+}
+inline void memset_async(void* dst, int value, std::size_t bytes) {
+  memset_async(dst, value, bytes, current_stream());
+}
 
 // RAII: makes `stream` (and its device) current; restores both on destruction.
 class StreamGuard {

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 import warnings as _warnings
 
-from . import _C
+try:
+    from . import _C
+except ImportError as _e:  # the extension is built by CMake, not found next to the sources
+    import os as _os
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    raise ImportError(
+        f"cudakit's compiled extension (cudakit._C) was not found next to {_here}: this is "
+        "the source tree, which has no extension in it. Build it and put the build's python "
+        "directory first on the path: `cmake -S . -B build -G Ninja && cmake --build build "
+        "--target cudakit_python`, then `PYTHONPATH=build/python python3 ...` (run from the "
+        "repository root, not from python/). An installed cudakit lives in "
+        "<prefix>/lib/python3/dist-packages.") from _e  # the cause is chained, not repeated
 from ._C import (  # noqa: F401  (re-exported API)
     AcceleratorError,
     ArgumentTypeError,
@@ -20,6 +32,7 @@ from ._C import (  # noqa: F401  (re-exported API)
     OutOfMemoryError,
     Stream,
     StreamContext,
+    backend_capabilities,
     backend_name,
     can_device_access_peer,
     check_error,
@@ -41,7 +54,10 @@ from ._C import (  # noqa: F401  (re-exported API)
     is_bf16_supported,
     is_initialized,
     is_tf32_supported,
+    memcpy_async,
+    memcpy_peer_async,
     memory_usage,
+    memset_async,
     power_draw,
     set_backend,
     set_device,

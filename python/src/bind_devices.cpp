@@ -130,6 +130,38 @@ and torch.device objects. Tensor.device, Stream.device and Event.device return o
         },
         py::arg("device"), py::arg("optional") = true);
   m.def("backend_name", &backend_name);
+  py::class_<BackendCapabilities>(m, "_BackendCapabilities", R"doc(
+What the backend in use can do (cudakit.backend_capabilities()): decide by these fields,
+never by comparing backend_name().)doc")
+      .def_readonly("backend", &BackendCapabilities::backend)
+      .def_readonly("runs_kernels", &BackendCapabilities::runs_kernels)
+      .def_readonly("host_addressable_device_memory",
+                    &BackendCapabilities::host_addressable_device_memory)
+      .def_readonly("vendor_math_handles", &BackendCapabilities::vendor_math_handles)
+      .def_readonly("cross_process_ipc", &BackendCapabilities::cross_process_ipc)
+      .def_readonly("hardware_telemetry", &BackendCapabilities::hardware_telemetry)
+      .def_readonly("graph_tools_ids", &BackendCapabilities::graph_tools_ids)
+      .def("_asdict", [](const BackendCapabilities& c) {
+        py::dict d;
+        d["backend"] = c.backend;
+        d["runs_kernels"] = c.runs_kernels;
+        d["host_addressable_device_memory"] = c.host_addressable_device_memory;
+        d["vendor_math_handles"] = c.vendor_math_handles;
+        d["cross_process_ipc"] = c.cross_process_ipc;
+        d["hardware_telemetry"] = c.hardware_telemetry;
+        d["graph_tools_ids"] = c.graph_tools_ids;
+        return d;
+      })
+      .def("__repr__", [](const BackendCapabilities& c) {
+        auto b = [](bool v) { return v ? std::string("True") : std::string("False"); };
+        return "BackendCapabilities(backend='" + c.backend + "', runs_kernels=" +
+               b(c.runs_kernels) + ", host_addressable_device_memory=" +
+               b(c.host_addressable_device_memory) + ", vendor_math_handles=" +
+               b(c.vendor_math_handles) + ", cross_process_ipc=" + b(c.cross_process_ipc) +
+               ", hardware_telemetry=" + b(c.hardware_telemetry) + ", graph_tools_ids=" +
+               b(c.graph_tools_ids) + ")";
+      });
+  m.def("backend_capabilities", &backend_capabilities);
   m.def("set_backend", [](py::handle name) { set_backend(to_string(name, Arg{"set_backend", "name"})); },
         py::arg("name"));
   m.def("is_available", &is_available);

@@ -352,6 +352,16 @@ usable as a context manager.)doc")
       .def("_abort_capture", &CUDAGraph::abort_capture)
       .def("instantiate", &CUDAGraph::instantiate)
       .def("reset", &CUDAGraph::reset)
+      .def("update",
+           [](CUDAGraph& g, py::handle other) {
+             if (!py::isinstance<CUDAGraph>(other)) {
+               throw py::type_error("CUDAGraph.update(): argument 'other' must be a "
+                                    "cudakit.CUDAGraph, not " +
+                                    std::string(py::str(py::type::of(other).attr("__name__"))));
+             }
+             g.update(other.cast<const CUDAGraph&>());
+           },
+           py::arg("other"))
       .def("pool", [](const CUDAGraph& g) { return pool_tuple(g.pool()); })
       .def("pools",
            [](const CUDAGraph& g) {

@@ -48,6 +48,36 @@ void bind(py::module_& m) {
       std::this_thread::sleep_for(std::chrono::duration<double>(sec));
     });
   });
+  // Raw-pointer copies (torch has none; the names are cudakit::memcpy_async & co.'s). Pointers
+  // are ints (tensor.data_ptr(), __cuda_array_interface__['data'][0], ...).
+  m.def("memcpy_async",
+        [](py::handle dst, py::handle src, py::handle nbytes, py::handle stream) {
+          const Arg a{"memcpy_async", "stream"};
+          memcpy_async(reinterpret_cast<void*>(to_address(dst, Arg{"memcpy_async", "dst"})),
+                       reinterpret_cast<const void*>(to_address(src, Arg{"memcpy_async", "src"})),
+                       to_size(nbytes, Arg{"memcpy_async", "nbytes"}), stream_arg(stream, a));
+        },
+        py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("stream") = py::none());
+  m.def("memset_async",
+        [](py::handle dst, py::handle value, py::handle nbytes, py::handle stream) {
+          memset_async(reinterpret_cast<void*>(to_address(dst, Arg{"memset_async", "dst"})),
+                       to_int(value, Arg{"memset_async", "value"}),
+                       to_size(nbytes, Arg{"memset_async", "nbytes"}),
+                       stream_arg(stream, Arg{"memset_async", "stream"}));
+        },
+        py::arg("dst"), py::arg("value"), py::arg("nbytes"), py::arg("stream") = py::none());
+  m.def("memcpy_peer_async",
+        [](py::handle dst, py::handle dst_device, py::handle src, py::handle src_device,
+           py::handle nbytes, py::handle stream) {
+          const char* f = "memcpy_peer_async";
+          memcpy_peer_async(reinterpret_cast<void*>(to_address(dst, Arg{f, "dst"})),
+                            cuda_index(dst_device, Arg{f, "dst_device"}, false),
+                            reinterpret_cast<const void*>(to_address(src, Arg{f, "src"})),
+                            cuda_index(src_device, Arg{f, "src_device"}, false),
+                            to_size(nbytes, Arg{f, "nbytes"}), stream_arg(stream, Arg{f, "stream"}));
+        },
+        py::arg("dst"), py::arg("dst_device"), py::arg("src"), py::arg("src_device"),
+        py::arg("nbytes"), py::arg("stream") = py::none());
   auto stream_cls = py::class_<PyStream>(m, "Stream", py::dynamic_attr(), R"doc(
 A CUDA stream (torch.cuda.Stream). Stream(device=None, priority=0) draws from the device's
 pool of streams (round-robin, 32 per priority); lower priority numbers run first.)doc");
@@ -85,6 +115,13 @@ pool of streams (round-robin, 32 per priority); lower priority numbers run first
            },
            py::arg("event") = py::none())
       .def_property_readonly("priority", [](const PyStream& s) { return s.ref.priority(); })
+      .def_static("priority_range",
+                  [](py::handle device) {
+                    auto [least, greatest] =
+                        stream_priority_range(cuda_index(device, Arg{"Stream.priority_range", "device"}));
+                    return py::make_tuple(least, greatest);
+                  },
+                  py::arg("device") = py::none())
       .def_property_readonly("cuda_stream", [](const PyStream& s) {
         return reinterpret_cast<std::uintptr_t>(s.ref.handle());
       })

@@ -428,6 +428,11 @@ class Backend {
   virtual void graph_launch(GraphExecHandle g, StreamHandle s) = 0;
   virtual void graph_destroy(GraphHandle g) = 0;
   virtual void graph_exec_destroy(GraphExecHandle g) = 0;
+  // Updates `exec` in place with the node parameters of `g` (cuGraphExecUpdate), keeping its
+  // exec id. Returns false with *why set (state unchanged) when g's topology differs from the
+  // graph `exec` was instantiated from (node kinds, order, edges) or the driver refuses a
+  // node change; throws on other errors.
+  virtual bool graph_exec_update(GraphExecHandle exec, GraphHandle g, std::string* why) = 0;
   virtual std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) = 0;
   virtual std::vector<GraphEdge> graph_edges(GraphHandle g) = 0;
   // Graphviz DOT of the graph; `verbose` adds node parameters (CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE).

@@ -79,6 +79,23 @@ void ensure_initialized() {
 std::string backend_name() { return detail::selected_backend_name(); }
 void set_backend(const std::string& name) { detail::select_backend(name); }
 
+BackendCapabilities backend_capabilities() noexcept {
+  BackendCapabilities out;
+  try {
+    out.backend = backend_name();
+    detail::Backend& be = detail::backend();
+    const detail::BackendCapabilities c = be.capabilities();
+    out.runs_kernels = c.runs_kernels;
+    out.host_addressable_device_memory = c.host_addressable_device_memory;
+    out.vendor_math_handles = c.vendor_math_handles;
+    out.cross_process_ipc = c.cross_process_ipc;
+    out.hardware_telemetry = c.hardware_telemetry;
+    out.graph_tools_ids = be.graph_tools_ids_available();
+  } catch (...) {  // an unusable backend can do nothing: every capability stays false
+  }
+  return out;
+}
+
 int device_count() noexcept { return detail::cached_device_count(); }
 bool is_available() noexcept { return device_count() > 0; }
 std::string unavailable_reason() noexcept {
@@ -120,15 +137,21 @@ int resolve_device(int device) {
   if (device == kCurrentDevice) return current_device();
   detail::ensure_initialized();
   int n = detail::cached_device_count();
-  if (device >= kMaxDevices) {
-    throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit supports at most " +
-                     std::to_string(kMaxDevices) + " devices per process");
-  }
+  // The range the caller can act on comes first; cudakit's own per-process limit matters only
+  // on a machine with more devices than it (then the message says so).
   if (device < 0 || device >= n) {
     throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit sees " +
                      std::to_string(n) + " device(s) on the '" + backend_name() +
-                     "' backend; valid indices are 0.." + std::to_string(n - 1) +
+                     "' backend; valid indices are " +
+                     (n > 0 ? "0.." + std::to_string(n - 1) : std::string("none")) +
                      " (CUDA_VISIBLE_DEVICES / CUDAKIT_EMULATED_DEVICES decide which exist)");
+  }
+  if (device >= kMaxDevices) {
+    throw ValueError("Invalid device index " + std::to_string(device) + ": " +
+                     std::to_string(n) + " devices are visible but cudakit supports at most " +
+                     std::to_string(kMaxDevices) + " per process; valid indices are 0.." +
+                     std::to_string(kMaxDevices - 1) +
+                     " (set CUDA_VISIBLE_DEVICES to choose which devices these are)");
   }
   return device;
 }

@@ -53,6 +53,18 @@ std::optional<std::string> symbol_name(std::uintptr_t addr) {
   return out;
 }
 
+// Kernels of .cu files carry their C++ mangled names ("_Z6decodePfi"); readers want
+// "decode(float*, int)". Names that are not mangled (extern "C", cudakit's built-ins on the
+// emulated backend) stay as they are.
+std::string kernel_display_name(const std::string& name) {
+  if (name.size() < 3 || name.compare(0, 2, "_Z") != 0) return name;
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string out = (status == 0 && demangled != nullptr) ? demangled : name;
+  std::free(demangled);
+  return out;
+}
+
 }  // namespace
 
 std::shared_ptr<const GraphData> CUDAGraph::get_graph_data() const {
@@ -96,7 +108,7 @@ std::shared_ptr<const GraphData> CUDAGraph::get_graph_data() const {
     d.node_id = static_cast<std::uint32_t>(n.tools_id & 0xFFFFFFFFull);
     d.graph_id = exec_id;
     d.tools_id = (static_cast<std::uint64_t>(exec_id) << 32) | d.node_id;
-    if (n.type == detail::GraphNodeType::kernel) d.kernel_name = n.label;
+    if (n.type == detail::GraphNodeType::kernel) d.kernel_name = kernel_display_name(n.label);
     if (n.type == detail::GraphNodeType::event_record ||
         n.type == detail::GraphNodeType::wait_event) {
       d.event_ptr = n.event;

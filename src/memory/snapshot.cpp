@@ -3,10 +3,13 @@
 // cache, so recording stays cheap.
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 
+#include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/expandable_segment.hpp"
@@ -226,5 +229,31 @@ void record_memory_history(std::optional<std::string> enabled, const std::string
 }
 std::string memory_snapshot_json(std::optional<MempoolId> pool) {
   return memory::snapshot_json(pool);
+}
+void dump_snapshot(const std::string& path, std::optional<MempoolId> pool) {
+  auto ends_with = [&](const char* suffix) {
+    const std::size_t n = std::strlen(suffix);
+    return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
+  };
+  if (ends_with(".pickle") || ends_with(".pkl")) {
+    throw ValueError("dump_snapshot: '" + path + "': the C++ snapshot is JSON, not a pickle: "
+                     "name the file .json (cudakit.memory._dump_snapshot writes pickles from "
+                     "Python); python -m cudakit.memory_viz reads both");
+  }
+  const std::string text = memory::snapshot_json(pool);  // before opening: no partial file
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    const int err = errno;
+    throw IoError(err, path, "dump_snapshot: cannot open '" + path + "' for writing: " +
+                                 std::strerror(err));
+  }
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    const int err = !written ? write_err : errno;
+    throw IoError(err, path, "dump_snapshot: writing '" + path + "' failed: " +
+                                 std::strerror(err));
+  }
 }
 }  // namespace cudakit

@@ -1,6 +1,7 @@
 // StreamRef / Stream, the per-thread current stream and the per-device stream pools.
 #include "cudakit/stream.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <mutex>
@@ -8,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
+#include "cudakit/sanitizer.hpp"
 #include "devices/sync_debug.hpp"
 #include "sanitizer/hooks.hpp"
 
@@ -45,7 +47,84 @@ auto on_device_of(StreamRef s, Fn&& fn) {
   return fn();
 }
 
+// ValueError unless `priority` is one of the device's stream priorities.
+void check_priority(const char* what, int device, int priority, std::pair<int, int> range) {
+  auto [least, greatest] = range;
+  if (priority > least || priority < greatest) {
+    throw ValueError(std::string(what) + ": stream priority " + std::to_string(priority) +
+                     " is outside device " + std::to_string(device) + "'s range " +
+                     std::to_string(greatest) + " (highest) .. " + std::to_string(least) +
+                     " (lowest; the default is 0): stream_priority_range() gives it");
+  }
+}
+
+void check_copy_args(const char* what, void* dst, const void* src, std::size_t bytes) {
+  if (bytes != 0 && (dst == nullptr || src == nullptr)) {
+    throw ValueError(std::string(what) + ": " + (dst == nullptr ? "dst" : "src") +
+                     " is a null pointer for a copy of " + std::to_string(bytes) + " bytes");
+  }
+}
+
+// Raw copies are accesses the stream sanitizer should see like any op's (declared after the
+// enqueue, as declare_access asks).
+void declare_raw(const char* what, const void* src, void* dst, std::size_t bytes,
+                 StreamRef stream) {
+  if (!detail::sanitizer::on()) return;
+  const sanitizer::Buffer w(dst, bytes, "dst");
+  if (src != nullptr) {
+    const sanitizer::Buffer r(src, bytes, "src");
+    sanitizer::declare_access({r}, {w}, stream, what);
+  } else {
+    sanitizer::declare_access({}, {w}, stream, what);
+  }
+}
+
 }  // namespace
+
+std::pair<int, int> stream_priority_range(int device) {
+  DeviceGuard guard(resolve_device(device));  // the cuda backend asks the current context
+  return detail::backend().stream_priority_range();
+}
+
+void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamRef stream) {
+  check_copy_args("memcpy_async", dst, src, bytes);
+  if (bytes == 0) return;
+  on_device_of(stream, [&] { detail::backend().memcpy_async(dst, src, bytes, stream.handle()); });
+  declare_raw("memcpy_async", src, dst, bytes, stream);
+}
+
+void memset_async(void* dst, int value, std::size_t bytes, StreamRef stream) {
+  if (value < -128 || value > 255) {
+    throw ValueError("memset_async: value " + std::to_string(value) +
+                     " is not a byte (pass -128..255; each byte is set to value & 0xFF)");
+  }
+  check_copy_args("memset_async", dst, dst, bytes);
+  if (bytes == 0) return;
+  on_device_of(stream, [&] {
+    detail::backend().memset_d8_async(dst, static_cast<unsigned char>(value), bytes,
+                                      stream.handle());
+  });
+  declare_raw("memset_async", nullptr, dst, bytes, stream);
+}
+
+void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
+                       std::size_t bytes, StreamRef stream) {
+  check_copy_args("memcpy_peer_async", dst, src, bytes);
+  dst_device = resolve_device(dst_device);
+  src_device = resolve_device(src_device);
+  if (bytes == 0) return;
+  const int dst_on = device_of_pointer(dst), src_on = device_of_pointer(src);
+  auto where = [](int d) { return d < 0 ? std::string("host memory") : "device " + std::to_string(d); };
+  if (dst_on != dst_device || src_on != src_device) {
+    throw ValueError("memcpy_peer_async: " +
+                     (dst_on != dst_device
+                          ? "dst is " + where(dst_on) + ", not device " + std::to_string(dst_device)
+                          : "src is " + where(src_on) + ", not device " +
+                                std::to_string(src_device)) +
+                     " (memcpy_async copies between any kinds of memory)");
+  }
+  memcpy_async(dst, src, bytes, stream);
+}
 
 StreamRef StreamRef::from_handle(detail::StreamHandle handle, int device) {
   if (device == kCurrentDevice) {
@@ -100,6 +179,7 @@ void StreamRef::launch_host_func(std::function<void()> fn) const {
 
 Stream::Stream(int device, int priority, bool non_blocking)
     : StreamRef(nullptr, resolve_device(device)) {
+  check_priority("Stream", device_, priority, stream_priority_range(device_));
   handle_ = detail::backend().stream_create(device_, priority,
                                             non_blocking ? detail::kStreamNonBlocking : 0u);
 }
@@ -148,10 +228,11 @@ void set_stream(StreamRef stream) {
 StreamRef stream_from_pool(int device, int priority) {
   int d = resolve_device(device);
   auto& be = detail::backend();
-  auto [least, greatest] = be.stream_priority_range();
-  // Lower number = higher priority. Clamp into the device's range.
-  int p = priority > least ? least : priority;
-  if (p < greatest) p = greatest;
+  // torch's pool semantics (getStreamFromPool; torch.cuda.Stream(priority=) documents it):
+  // a priority outside the range maps to the nearest valid one. Stream(device, priority) is
+  // the strict form.
+  const auto [least, greatest] = stream_priority_range(d);
+  const int p = std::clamp(priority, greatest, least);  // lower number = higher priority
   int level = least - p;
   if (level >= kMaxPriorityLevels) level = kMaxPriorityLevels - 1;
   PriorityPool& pool = pools(d).levels[level];

@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <string>
+#include <tuple>
 
+#include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::detail {
@@ -45,11 +47,21 @@ std::string human_bytes(unsigned __int128 b) {
 [[noreturn]] void throw_too_large(unsigned __int128 bytes, const Shape& sizes, DType dtype,
                                  const Device& device, const char* what) {
   const std::size_t requested = bytes > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(bytes);
+  // The device's real free / total memory, as a driver-refused allocation reports it: an
+  // error that says "0 bytes free" sends the reader hunting for a leak that is not there.
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (device.is_cuda()) {
+    try {
+      std::tie(free_bytes, total_bytes) = mem_get_info(device.index);
+    } catch (...) {  // the size is the error; an unanswerable query must not replace it
+    }
+  }
   throw OutOfMemoryError(std::string(what) + ": Tried to allocate " + human_bytes(bytes) + " (" +
                              u128_str(bytes) + " bytes) for shape " + shape_str(sizes) + " of " +
                              dtype_name(dtype) + " on " + device.str() +
                              ": larger than any allocation can be (at most 2**63-1 bytes)",
-                         device.is_cuda() ? device.index : -1, requested);
+                         device.is_cuda() ? device.index : -1, requested, free_bytes,
+                         total_bytes);
 }
 
 }  // namespace

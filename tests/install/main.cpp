@@ -1,5 +1,6 @@
-#include <cudakit/device.hpp>
-#include <cudakit/stream.hpp>
+// The umbrella header needs C++20 (#error otherwise): this consumer sets no standard, so it
+// builds only because cudakit::cudakit carries cxx_std_20.
+#include <cudakit/cudakit.hpp>
 
 #include <cstdio>
 

@@ -153,6 +153,7 @@ class CudaBackend final : public Backend {
   void graph_launch(GraphExecHandle g, StreamHandle s) override;
   void graph_destroy(GraphHandle g) override;
   void graph_exec_destroy(GraphExecHandle g) override;
+  bool graph_exec_update(GraphExecHandle exec, GraphHandle g, std::string* why) override;
   std::vector<GraphNodeInfo> graph_nodes(GraphHandle g) override;
   std::vector<GraphEdge> graph_edges(GraphHandle g) override;
   void graph_debug_dot_print(GraphHandle g, const std::string& path, bool verbose) override;

@@ -178,6 +178,41 @@ void CudaBackend::graph_exec_destroy(GraphExecHandle g) {
   if (!ignorable_at_release(rc)) check(rc, "cuGraphExecDestroy");
 }
 
+namespace {
+const char* update_result_text(CUgraphExecUpdateResult r) {
+  switch (r) {
+    case CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED:
+      return "the topology differs (nodes or edges were added, removed or reordered)";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: return "a node's kind differs";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED:
+      return "a kernel node's function changed in a way the driver cannot update";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED:
+      return "a node's parameters changed in a way the driver cannot update (e.g. a copy "
+             "between other kinds of memory)";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED:
+      return "a node cannot be updated (memory allocation/free nodes, ...)";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
+      return "a kernel changed in a way that cannot be updated (e.g. to dynamic parallelism)";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: return "a node's attributes differ";
+    default: return "the driver refused the update";
+  }
+}
+}  // namespace
+
+bool CudaBackend::graph_exec_update(GraphExecHandle e, GraphHandle g, std::string* why) {
+  const EntryPoints& t = api("graph_exec_update");
+  CUgraphExecUpdateResultInfo info{};
+  CUresult rc = CUDAKIT_CU_OPTIONAL(t, cuGraphExecUpdate)(static_cast<CUgraphExec>(e),
+                                                         graph(g), &info);
+  if (rc == CUDA_SUCCESS) return true;
+  if (rc == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
+    if (why) *why = std::string("cuGraphExecUpdate: ") + update_result_text(info.result);
+    return false;
+  }
+  check(rc, "cuGraphExecUpdate");
+  return false;
+}
+
 std::vector<GraphNodeInfo> CudaBackend::graph_nodes(GraphHandle g) {
   const EntryPoints& t = api("graph_nodes");
   std::vector<CUgraphNode> nodes = nodes_of(t, graph(g));

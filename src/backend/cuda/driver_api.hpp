@@ -115,6 +115,7 @@ namespace cudakit::detail::cuda {
   X(cuGraphLaunch, 10000, 12080, true)                        \
   X(cuGraphDestroy, 10000, 12080, true)                       \
   X(cuGraphExecDestroy, 10000, 12080, true)                   \
+  X(cuGraphExecUpdate, 12000, 12080, false)                   \
   X(cuGraphGetNodes, 10000, 12080, true)                      \
   X(cuGraphNodeGetType, 10000, 12080, true)                   \
   X(cuGraphKernelNodeGetParams, 12000, 12080, false)          \

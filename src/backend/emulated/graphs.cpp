@@ -124,6 +124,43 @@ void EmulatedBackend::graph_launch(GraphExecHandle h, StreamHandle sh) {
   submit(*s, std::move(fn));
 }
 
+// The rules of cuGraphExecUpdate that apply to the emulator's nodes: the same nodes in the
+// same order, of the same kinds, with the same dependencies; memory nodes are not updated.
+// The new parameters are the new graph's node actions, so the exec graph takes its data;
+// launches enqueued before hold their own reference to the old nodes.
+bool EmulatedBackend::graph_exec_update(GraphExecHandle h, GraphHandle gh, std::string* why) {
+  GraphExecObj* e = exec_ptr(h);
+  GraphObj* g = graph_ptr(gh);
+  auto refuse = [&](std::string text) {
+    if (why) *why = "graph update: " + std::move(text);
+    return false;
+  };
+  const std::vector<GraphNode>& was = e->data->nodes;
+  const std::vector<GraphNode>& now = g->data->nodes;
+  if (was.size() != now.size()) {
+    return refuse("the topology differs: " + std::to_string(was.size()) + " nodes instantiated, " +
+                  std::to_string(now.size()) + " in the new graph");
+  }
+  for (std::size_t i = 0; i < was.size(); ++i) {
+    if (was[i].type != now[i].type) {
+      return refuse("node " + std::to_string(i) + " is a " + type_name(was[i].type) +
+                    " node in the instantiated graph and a " + type_name(now[i].type) +
+                    " node in the new one");
+    }
+    if (was[i].deps != now[i].deps) {
+      return refuse("the topology differs: node " + std::to_string(i) +
+                    " has other dependencies");
+    }
+    if (was[i].type == GraphNodeType::mem_alloc || was[i].type == GraphNodeType::mem_free) {
+      return refuse("node " + std::to_string(i) + " is a memory " +
+                    (was[i].type == GraphNodeType::mem_alloc ? "allocation" : "free") +
+                    " node, which cannot be updated (as in CUDA)");
+    }
+  }
+  e->data = g->data;
+  return true;
+}
+
 void EmulatedBackend::graph_destroy(GraphHandle h) { delete graph_ptr(h); }
 
 void EmulatedBackend::graph_exec_destroy(GraphExecHandle h) { delete exec_ptr(h); }
