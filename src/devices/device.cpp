@@ -11,6 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
+#include "devices/resolve.hpp"
 #include "devices/sync_debug.hpp"
 #include "sanitizer/hooks.hpp"
 
@@ -119,18 +120,7 @@ void init() {
 int resolve_device(int device) {
   if (device == kCurrentDevice) return current_device();
   detail::ensure_initialized();
-  int n = detail::cached_device_count();
-  if (device >= kMaxDevices) {
-    throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit supports at most " +
-                     std::to_string(kMaxDevices) + " devices per process");
-  }
-  if (device < 0 || device >= n) {
-    throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit sees " +
-                     std::to_string(n) + " device(s) on the '" + backend_name() +
-                     "' backend; valid indices are 0.." + std::to_string(n - 1) +
-                     " (CUDA_VISIBLE_DEVICES / CUDAKIT_EMULATED_DEVICES decide which exist)");
-  }
-  return device;
+  return detail::resolve_device_index(device);
 }
 
 int current_device() {

@@ -15,13 +15,6 @@
 namespace cudakit {
 
 namespace memory {
-int resolve_alloc_device(int device) {
-  if (device == kCurrentDevice) return detail::backend().current_device();
-  if (device < 0)
-    throw ValueError("invalid device index " + std::to_string(device) +
-                     ": pass a device ordinal >= 0 or kCurrentDevice");
-  return device;
-}
 
 namespace {
 // Local copies the raw paths inline: a call through an exported (interposable) function costs
