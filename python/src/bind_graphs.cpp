@@ -397,7 +397,7 @@ usable as a context manager.)doc")
   m.def("_clear_kernel_annotations", &ga::clear_kernel_annotations);
 }
 
-Registrar reg("graphs", 60, bind);
+Registrar reg("graphs", order::graphs, bind);
 
 }  // namespace
 }  // namespace cudakit::python

@@ -743,7 +743,7 @@ void bind(py::module_& m) {
       py::reinterpret_steal<py::object>(wrap_domain(nv::Domain::cudakit()));
 }
 
-Registrar reg("nvtx", 60, bind);
+Registrar reg("nvtx", order::nvtx, bind);
 
 }  // namespace
 }  // namespace cudakit::python

@@ -271,7 +271,7 @@ void bind(py::module_& m) {
      py::arg("name") = py::none());
 }
 
-Registrar reg("sanitizer", 64, bind);  // after every module it instruments
+Registrar reg("sanitizer", order::sanitizer, bind);
 
 }  // namespace
 
