@@ -42,6 +42,8 @@ def _dev(device: Any) -> Any:
 
 
 def _nest(flat: dict[str, int]) -> dict[str, Any]:
+    # torch's flat statistics keys ("allocated_bytes.all.current") as nested dicts; also
+    # torch's memory API patch (_torch_interop.py).
     out: dict[str, Any] = {}
     for key, value in flat.items():
         node = out

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import html
-import io
 import json
 import pathlib
-import pickle
 import sys
 from typing import Any
+
+from . import _plain_data
 
 _PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
             "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8", "#a0cbe8", "#ffbe7d"]
@@ -40,15 +40,6 @@ def _fmt(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return str(n)
-
-
-class _PlainDataUnpickler(pickle.Unpickler):
-    """Unpickles plain data only (dicts, lists, tuples, strings, numbers): a snapshot never
-    needs a class, and refusing them means a hostile file cannot run code."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"it references {module}.{name}; a memory snapshot holds only plain data")
 
 
 class SnapshotError(ValueError):
@@ -144,7 +135,7 @@ def load(path: str) -> dict[str, Any]:
             raise SnapshotError(f"not valid JSON ({e})") from None
     else:
         try:
-            snap = _PlainDataUnpickler(io.BytesIO(data)).load()
+            snap = _plain_data.loads(data, "a memory snapshot holds")
         except Exception as e:  # a corrupt pickle can raise almost anything
             raise SnapshotError(f"not a pickle or JSON memory snapshot ({type(e).__name__}: {e})") from None
     return validate(snap)
