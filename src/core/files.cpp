@@ -2,6 +2,7 @@
 #include "core/files.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -43,6 +44,17 @@ int write_file_atomically(const std::string& path, std::initializer_list<std::st
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) ::unlink(tmp.c_str());
   return err;
+}
+
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  char* real = ::realpath(path.c_str(), nullptr);
+  std::string r = real ? real : path;
+  std::free(real);
+  return r + " size=" + std::to_string(st.st_size) + " mtime=" +
+         std::to_string(static_cast<long long>(st.st_mtim.tv_sec)) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
 }
 
 }  // namespace cudakit::detail

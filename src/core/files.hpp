@@ -25,4 +25,9 @@ namespace cudakit::detail {
 int write_file_atomically(const std::string& path, std::initializer_list<std::string_view> parts,
                           mode_t mode = 0666);
 
+// "realpath size=N mtime=S.NS" of `path`: changes whenever the file is replaced or rewritten,
+// for caches keyed by the file a result came from (a compiler, a loaded library). "" when
+// `path` cannot be stat()ed: an unknown identity, which callers must not treat as a match.
+std::string file_identity(const std::string& path);
+
 }  // namespace cudakit::detail

@@ -36,18 +36,6 @@ const LibrarySpec& spec() {
   return s;
 }
 
-// realpath, size and mtime: changes whenever the file is replaced.
-std::string file_identity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return "";
-  char* real = ::realpath(path.c_str(), nullptr);
-  std::string r = real ? real : path;
-  std::free(real);
-  return r + " size=" + std::to_string(st.st_size) + " mtime=" +
-         std::to_string(static_cast<long long>(st.st_mtim.tv_sec)) + "." +
-         std::to_string(st.st_mtim.tv_nsec);
-}
-
 // What decides which file dlopen("libnvrtc.so.N") resolves to.
 std::string resolution_inputs() {
   const char* ld = std::getenv("LD_LIBRARY_PATH");
