@@ -346,10 +346,6 @@ def change_current_allocator(allocator: _CUDAAllocator) -> None:
     _C._mem_change_allocator(allocator.allocator())
 
 
-def _reset_current_allocator() -> None:
-    _C._mem_reset_allocator()
-
-
 # ---- cudakit's allocator inside other frameworks ----
 
 def plugin_path() -> str:

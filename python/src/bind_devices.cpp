@@ -175,7 +175,6 @@ and torch.device objects. Tensor.device, Stream.device and Event.device return o
           return can_device_access_peer(d, cuda_index(b, Arg{"can_device_access_peer", "peer_device"}, false));
         },
         py::arg("device"), py::arg("peer_device"));
-  m.def("_device_of_pointer", [](std::uintptr_t p) { return device_of_pointer(reinterpret_cast<const void*>(p)); });
   m.def("utilization", [](py::handle d) { return utilization(cuda_index(d, Arg{"utilization", "device"})); },
         py::arg("device") = py::none());
   m.def("memory_usage", [](py::handle d) { return memory_usage(cuda_index(d, Arg{"memory_usage", "device"})); },

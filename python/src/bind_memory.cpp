@@ -247,7 +247,6 @@ void bind(py::module_& m) {
            }),
            py::arg("path_to_so"), py::arg("alloc_fn_name"), py::arg("free_fn_name"));
   m.def("_mem_change_allocator", &change_current_allocator);
-  m.def("_mem_reset_allocator", &reset_current_allocator);
 }
 
 Registrar reg("memory", order::memory, bind);
