@@ -178,7 +178,7 @@ void bind(py::module_& m) {
       })
       .def("__hash__", [](DType t) { return static_cast<int>(t); })
       .def("__reduce__", [](DType t) {
-        return py::make_tuple(py::module_::import("cudakit._C").attr("_dtype_from_name"), py::make_tuple(dtype_name(t)));
+        return py::make_tuple(py::module_::import("cudakit").attr("_dtype_from_name"), py::make_tuple(dtype_name(t)));
       });
   for (int i = 0; i < kNumDTypes; ++i) {
     DType t = static_cast<DType>(i);
