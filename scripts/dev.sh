@@ -14,7 +14,7 @@ install_deps() {  # [extra packages]
   [ "${SKIP_DEPS:-0}" = 1 ] && return
   local pkgs=(cmake ninja-build g++ pkg-config python3 python3-dev python3-pytest python3-numpy
               pybind11-dev python3-pybind11 libgtest-dev libgmock-dev libbenchmark-dev
-              nlohmann-json3-dev libfmt-dev zlib1g-dev libopenblas-dev binutils "$@")
+              nlohmann-json3-dev zlib1g-dev libopenblas-dev binutils "$@")
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then

@@ -84,8 +84,13 @@ bool is_initialized() noexcept;
 
 int current_device();
 void set_device(int device);
-// Resolves kCurrentDevice and validates the index (ValueError naming the valid range).
+// Resolves kCurrentDevice and validates the index: ValueError(invalid_device_message(device)).
 int resolve_device(int device);
+// The message of every bad device index: the index, the devices this process sees (count
+// and range), the backend and CUDA_VISIBLE_DEVICES, e.g. "Invalid device index 99: this
+// process sees 2 device(s) (0..1) on the 'emulated' backend; CUDA_VISIBLE_DEVICES=unset".
+// For callers that check an index themselves (the Python argument layer).
+std::string invalid_device_message(std::int64_t device);
 
 // RAII: makes `device` current, restores the previous current device on destruction.
 // Not copyable or movable; use on one thread.

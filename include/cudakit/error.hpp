@@ -1,5 +1,8 @@
-// cudakit error model: one exception hierarchy, mapped 1:1 onto the Python exceptions
-// of torch.cuda's names (RuntimeError, torch.AcceleratorError, torch.OutOfMemoryError).
+// cudakit error model: one exception hierarchy, mapped onto Python exceptions in one table
+// (python/src/errors.hpp): Error -> RuntimeError, ValueError -> ValueError,
+// NotSupportedError -> NotImplementedError, IoError -> OSError, AcceleratorError and
+// OutOfMemoryError -> cudakit.AcceleratorError / cudakit.OutOfMemoryError (RuntimeErrors,
+// as torch's).
 //
 // Thread-safety: exception objects are immutable after construction.
 #pragma once
@@ -32,7 +35,7 @@ class KeyError : public ValueError {
 };
 
 // Feature unavailable on this backend / build / driver (e.g. NVML on the emulated backend).
-// Maps to NotImplementedError-like RuntimeError in Python.
+// Maps to NotImplementedError in Python.
 class NotSupportedError : public Error {
  public:
   using Error::Error;

@@ -80,6 +80,13 @@ from ._device import (  # noqa: F401
 
 _C._set_sync_warning_handler(lambda msg: _warnings.warn(msg, UserWarning, stacklevel=3))
 
+
+def _dtype_from_name(name: str):
+    # What dtype.__reduce__ names to unpickle a dtype: a Python function, because pickle
+    # cannot store a reference to a pybind11 function (its __self__ is a capsule).
+    return _C._dtype_from_name(name)
+
+
 # ---- sections in their own modules (torch.cuda re-exports memory's names too) ----
 from . import memory  # noqa: E402,F401  (memory_viz: imported on use; `python -m cudakit.memory_viz` warns otherwise)
 from .memory import *  # noqa: E402,F401,F403

@@ -58,6 +58,7 @@ def collect() -> dict[str, Any]:
         for i in range(count):
             devices.append(_probe(lambda i=i: _device_report(cudakit, i)))
     report["devices"] = devices
+    report["capabilities"] = _probe(_C._backend_capabilities)
     libs = getattr(_C, "_optional_libraries", None)
     report["optional_libraries"] = _probe(libs) if libs is not None else "<not reported>"
     report["gds"] = {

@@ -46,6 +46,7 @@ import weakref
 from typing import Any
 
 from . import _C
+from .memory import _nest
 
 _log = logging.getLogger("cudakit.memory")
 _lock = threading.RLock()
@@ -177,17 +178,6 @@ def _apply_torch_alloc_conf() -> None:
 
 
 # ---------------------------------------------------------------- layer 2: torch's memory API
-
-def _nest(flat: dict[str, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
-
 
 def _device_index(device: Any) -> Any:
     # torch passes an int (or None for the current device) to its _C functions.

@@ -21,11 +21,12 @@ and a hostile file cannot run code.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import pickle
 from typing import Any
+
+from . import _plain_data
 
 FORMAT = "cudakit.kernel_annotations"
 VERSION = 1
@@ -33,13 +34,6 @@ VERSION = 1
 
 class MergeError(ValueError):
     """An input that cannot be merged (the message names the file and the problem)."""
-
-
-class _PlainDataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"it references {module}.{name}; annotations hold only plain data "
-            "(dicts, lists, strings, numbers)")
 
 
 def _open_maybe_gz(path: str, mode: str):
@@ -87,7 +81,7 @@ def load_annotations(path: str) -> dict[int, list[dict]]:
     except OSError as e:
         raise MergeError(f"{path}: cannot read the annotations ({e.strerror or e})") from None
     try:
-        obj = _PlainDataUnpickler(io.BytesIO(data)).load()
+        obj = _plain_data.loads(data, "annotations hold")
     except Exception as e:  # a corrupt pickle can raise almost anything
         raise MergeError(f"{path}: not an annotations pickle ({type(e).__name__}: {e})") from None
     return normalize_annotations(obj, path)

@@ -37,12 +37,9 @@ __all__ = [
 ]
 
 
-def _dev(device: Any) -> Any:
-    # The C++ side parses every accepted device form; keep None as "current device".
-    return device
-
-
 def _nest(flat: dict[str, int]) -> dict[str, Any]:
+    # torch's flat statistics keys ("allocated_bytes.all.current") as nested dicts; also
+    # torch's memory API patch (_torch_interop.py).
     out: dict[str, Any] = {}
     for key, value in flat.items():
         node = out
@@ -57,19 +54,19 @@ def _nest(flat: dict[str, int]) -> dict[str, Any]:
 
 def memory_stats(device: Any = None) -> dict[str, int]:
     """Caching allocator statistics of ``device`` with torch's flat keys, sorted."""
-    return collections.OrderedDict(sorted(_C._mem_stats(_dev(device)).items()))
+    return collections.OrderedDict(sorted(_C._mem_stats(device).items()))
 
 
 def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
-    return _nest(_C._mem_stats(_dev(device)))
+    return _nest(_C._mem_stats(device))
 
 
 def reset_accumulated_memory_stats(device: Any = None) -> None:
-    _C._mem_reset_accumulated(_dev(device))
+    _C._mem_reset_accumulated(device)
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    _C._mem_reset_peak(_dev(device))
+    _C._mem_reset_peak(device)
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:
@@ -81,19 +78,19 @@ def reset_max_memory_cached(device: Any = None) -> None:
 
 
 def memory_allocated(device: Any = None) -> int:
-    return _C._mem_allocated(_dev(device))
+    return _C._mem_allocated(device)
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return _C._mem_max_allocated(_dev(device))
+    return _C._mem_max_allocated(device)
 
 
 def memory_reserved(device: Any = None) -> int:
-    return _C._mem_reserved(_dev(device))
+    return _C._mem_reserved(device)
 
 
 def max_memory_reserved(device: Any = None) -> int:
-    return _C._mem_max_reserved(_dev(device))
+    return _C._mem_max_reserved(device)
 
 
 def memory_cached(device: Any = None) -> int:
@@ -107,7 +104,7 @@ def max_memory_cached(device: Any = None) -> int:
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    return _C._mem_summary(_dev(device), abbreviated)
+    return _C._mem_summary(device, abbreviated)
 
 
 def host_memory_stats() -> dict[str, int]:
@@ -141,20 +138,20 @@ def _host_empty_cache() -> None:
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
         raise TypeError("Invalid type for fraction argument, must be `float`")  # torch's message
-    _C._mem_set_fraction(fraction, _dev(device))
+    _C._mem_set_fraction(fraction, device)
 
 
 def get_per_process_memory_fraction(device: Any = None) -> float:
-    return _C._mem_get_fraction(_dev(device))
+    return _C._mem_get_fraction(device)
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) device memory in bytes."""
-    return _C._mem_get_info(_dev(device))
+    return _C._mem_get_info(device)
 
 
 def list_gpu_processes(device: Any = None) -> str:
-    return _C._mem_list_gpu_processes(_dev(device))
+    return _C._mem_list_gpu_processes(device)
 
 
 def get_allocator_backend() -> str:
@@ -175,7 +172,7 @@ def _set_allocator_settings(env: str) -> None:
 
 def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -> int:
     """Raw device memory (an int address) from the caching allocator."""
-    return _C._mem_alloc(size, _dev(device), stream)
+    return _C._mem_alloc(size, device, stream)
 
 
 def caching_allocator_delete(mem_ptr: int) -> None:
@@ -198,7 +195,7 @@ def caching_allocator_disabled():
 
 
 def _record_stream(mem_ptr: int, stream: Any, device: Any = None) -> None:
-    _C._mem_record_stream(mem_ptr, stream, _dev(device))
+    _C._mem_record_stream(mem_ptr, stream, device)
 
 
 # ---- IPC ----
@@ -502,10 +499,6 @@ def change_current_allocator(allocator: _CUDAAllocator) -> None:
     _C._mem_change_allocator(allocator.allocator())
 
 
-def _reset_current_allocator() -> None:
-    _C._mem_reset_allocator()
-
-
 # ---- cudakit's allocator inside other frameworks ----
 
 def plugin_path() -> str:
@@ -649,7 +642,7 @@ def memory_stats_by_framework(device: Any = None) -> dict[str, dict[str, dict[st
     {"current", "peak", "allocated", "freed"}}}`` (the "framework.*" keys of
     :func:`memory_stats`). The three ``allocated_bytes.current`` add up to
     :func:`memory_allocated`; reserved memory is shared (segments are not per framework)."""
-    return _nest(_C._mem_stats(_dev(device))).get("framework", {})
+    return _nest(_C._mem_stats(device)).get("framework", {})
 
 
 def memory_allocated_by(framework: str, device: Any = None) -> int:
@@ -658,4 +651,4 @@ def memory_allocated_by(framework: str, device: Any = None) -> int:
     if not isinstance(framework, str) or framework not in FRAMEWORKS:
         raise ValueError(f"memory_allocated_by(): argument 'framework' must be one of "
                          f"{', '.join(repr(f) for f in FRAMEWORKS)}, not {framework!r}")
-    return _C._mem_stats(_dev(device))[f"framework.{framework}.allocated_bytes.current"]
+    return _C._mem_stats(device)[f"framework.{framework}.allocated_bytes.current"]

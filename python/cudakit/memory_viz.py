@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import html
-import io
 import json
-import pickle
+import pathlib
 import sys
 from typing import Any
+
+from . import _plain_data
 
 _PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
             "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8", "#a0cbe8", "#ffbe7d"]
@@ -39,15 +40,6 @@ def _fmt(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return str(n)
-
-
-class _PlainDataUnpickler(pickle.Unpickler):
-    """Unpickles plain data only (dicts, lists, tuples, strings, numbers): a snapshot never
-    needs a class, and refusing them means a hostile file cannot run code."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"it references {module}.{name}; a memory snapshot holds only plain data")
 
 
 class SnapshotError(ValueError):
@@ -143,7 +135,7 @@ def load(path: str) -> dict[str, Any]:
             raise SnapshotError(f"not valid JSON ({e})") from None
     else:
         try:
-            snap = _PlainDataUnpickler(io.BytesIO(data)).load()
+            snap = _plain_data.loads(data, "a memory snapshot holds")
         except Exception as e:  # a corrupt pickle can raise almost anything
             raise SnapshotError(f"not a pickle or JSON memory snapshot ({type(e).__name__}: {e})") from None
     return validate(snap)
@@ -458,83 +450,10 @@ polygon.alloc:hover,rect.block:hover{stroke:#000;stroke-width:1}
 #err{color:#b00;font-weight:bold}
 """
 
-_JS = r"""
-(function(){
-var body=document.body;
-window.addEventListener('error',function(ev){
-  body.setAttribute('data-rendered','error');
-  body.setAttribute('data-error',String(ev.message||ev.error));
-  var e=document.getElementById('err'); if(e) e.textContent='Script error: '+ev.message;
-});
-var D=JSON.parse(document.getElementById('ckdata').textContent);
-function fmt(n){var u=['B','KiB','MiB','GiB','TiB'],i=0;
-  while(Math.abs(n)>=1024&&i<4){n/=1024;i++;} return i?n.toFixed(1)+' '+u[i]:n+' B';}
-function stack(id,limit){var s=D.stacks[id]||[],out=[];
-  for(var i=0;i<s.length&&i<limit;i++) out.push('  '+D.frames[s[i]]);
-  if(s.length>limit) out.push('  ... '+(s.length-limit)+' more frames (click to see all)');
-  return out.length?out.join('\n'):'  (no stack recorded: _record_memory_history(context="all"))';}
-function allocText(t,k,limit){var a=t.allocs[k];
-  return fmt(a[2])+' allocation at '+a[3]+' on stream '+a[4]+'\n'+
-   (a[6]?'allocated before recording started':'allocated at event #'+a[0]+' (+'+a[7]+' ms)')+
-   ', '+(a[1]<0?'still allocated':'freed at event #'+a[1])+'\n'+stack(a[5],limit);}
-function blockText(d,k,limit){var b=d.blocks[k];
-  var st={active_allocated:'allocated',active_pending_free:'freed, waiting for stream events',inactive:'free (cached)'}[b[0]]||b[0];
-  return fmt(b[1])+' block at '+b[3]+' (offset '+fmt(b[4])+' in its segment): '+st+
-   (b[0]==='inactive'?'':'\nrequested '+fmt(b[2]))+'\n'+stack(b[5],limit);}
-var tip=document.getElementById('tip'),detail=document.getElementById('detail');
-function show(ev,text){tip.textContent=text;tip.style.display='block';
-  var x=ev.clientX+14,y=ev.clientY+14,r=tip.getBoundingClientRect();
-  if(x+r.width>innerWidth) x=Math.max(0,ev.clientX-r.width-10);
-  if(y+r.height>innerHeight) y=Math.max(0,ev.clientY-r.height-10);
-  tip.style.left=x+'px';tip.style.top=y+'px';}
-function hide(){tip.style.display='none';}
-var nAllocs=0,nPolys=0,nBlocks=0;
-D.timelines.forEach(function(t){
-  var svg=document.querySelector('svg.timeline[data-device="'+t.device+'"]');
-  var status=document.getElementById('status'+t.device),cur=svg.querySelector('line.cursor');
-  var plot=svg.querySelector('rect.plot'),x0=+plot.getAttribute('x'),pw=+plot.getAttribute('width');
-  nAllocs+=t.allocs.length;
-  svg.querySelectorAll('polygon.alloc').forEach(function(p){nPolys++;
-    var k=+p.getAttribute('data-k');
-    p.addEventListener('mousemove',function(ev){show(ev,allocText(t,k,8));});
-    p.addEventListener('mouseleave',hide);
-    p.addEventListener('click',function(){detail.textContent=allocText(t,k,1e9);});});
-  var small=svg.querySelector('polygon.small');
-  if(small){small.addEventListener('mousemove',function(ev){show(ev,t.small+
-    ' other allocations (smaller or short-lived), merged into one band; the '+t.drawn+
-    ' that cover the most of the chart have their own');});
-    small.addEventListener('mouseleave',hide);}
-  svg.addEventListener('mousemove',function(ev){
-    var r=svg.getBoundingClientRect(),x=ev.clientX-r.left,b=Math.floor((x-x0)/pw*t.samples.length);
-    if(b<0||b>=t.samples.length){cur.setAttribute('visibility','hidden');return;}
-    cur.setAttribute('x1',x);cur.setAttribute('x2',x);cur.setAttribute('visibility','visible');
-    status.textContent='event #'+t.samples[b]+': allocated '+fmt(t.total[b])+
-      ', reserved '+fmt(t.reserved[b]);});
-});
-D.segmaps.forEach(function(d){
-  var svg=document.querySelector('svg.segments[data-device="'+d.device+'"]');
-  svg.querySelectorAll('text.seglabel').forEach(function(l){
-    var r=d.rows[+l.getAttribute('data-row')];
-    l.addEventListener('mousemove',function(ev){show(ev,'segment at '+r[0]+': '+fmt(r[1])+' ('+r[3]+
-      (r[4]?', expandable':'')+'), '+fmt(r[2])+' allocated\nstream '+r[5]+', pool ('+r[6].join(', ')+')'+
-      (r[6][0]||r[6][1]?' (private MemPool)':' (default pool)'));});
-    l.addEventListener('mouseleave',hide);});
-  svg.querySelectorAll('rect.block').forEach(function(r){nBlocks++;
-    var k=+r.getAttribute('data-b');
-    r.addEventListener('mousemove',function(ev){show(ev,blockText(d,k,8));});
-    r.addEventListener('mouseleave',hide);
-    r.addEventListener('click',function(){detail.textContent=blockText(d,k,1e9);});});
-});
-var want=D.segmaps.reduce(function(s,d){return s+d.blocks.length;},0);
-if(nBlocks!==want) throw new Error('drew '+nBlocks+' of '+want+' blocks');
-var wantPolys=D.timelines.reduce(function(s,t){return s+t.drawn;},0);
-if(nPolys!==wantPolys) throw new Error('drew '+nPolys+' of '+wantPolys+' allocation bands');
-body.setAttribute('data-allocations',nAllocs);
-body.setAttribute('data-blocks',nBlocks);
-body.setAttribute('data-bands',nPolys);
-if(body.getAttribute('data-rendered')!=='error') body.setAttribute('data-rendered','ok');
-})();
-"""
+def _page_script() -> str:
+    # A file of its own (memory_viz.js, next to this module and installed with it) so the
+    # script can be read and linted as JavaScript; inlined into each page.
+    return (pathlib.Path(__file__).with_name("memory_viz.js")).read_text(encoding="utf-8")
 
 
 def to_html(snap: dict[str, Any], title: str = "cudakit memory snapshot") -> str:
@@ -603,7 +522,7 @@ def to_html(snap: dict[str, Any], title: str = "cudakit memory snapshot") -> str
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) +
             "</title><style>" + _CSS + "</style></head><body data-rendered='pending'>" +
             "".join(body) + '<script type="application/json" id="ckdata">' + blob +
-            "</script><script>" + _JS + "</script></body></html>")
+            "</script><script>" + _page_script() + "</script></body></html>")
 
 
 def main(argv: list[str] | None = None) -> int:

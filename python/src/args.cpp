@@ -148,9 +148,7 @@ int cuda_index(py::handle v, Arg a, bool none_ok) {
   if (is_int(v) && !py::isinstance<Tensor>(v)) {
     std::int64_t i = to_int64(v, a);
     if (i == -1) return kCurrentDevice;
-    if (i < -1 || i >= kMaxDevices)
-      throw ValueError(where(a) + ": Invalid device index " + std::to_string(i) + ": expected 0 <= index < " +
-                       std::to_string(device_count()) + " (or -1 / None for the current device)");
+    if (i < -1 || i >= kMaxDevices) throw ValueError(where(a) + ": " + invalid_device_message(i));
     return static_cast<int>(i);
   }
   auto from_device = [&](const Device& d) -> int {
@@ -176,9 +174,7 @@ Device device_arg(py::handle v, Arg a) {
   if (PyBool_Check(v.ptr())) throw_type(a, "a device (an int, 'cpu', 'cuda', 'cuda:N' or a device object)", v);
   if (is_int(v) && !py::isinstance<Tensor>(v)) {
     std::int64_t i = to_int64(v, a);
-    if (i < 0 || i >= kMaxDevices)
-      throw ValueError(where(a) + ": Invalid device index " + std::to_string(i) + ": expected 0 <= index < " +
-                       std::to_string(device_count()));
+    if (i < 0 || i >= kMaxDevices) throw ValueError(where(a) + ": " + invalid_device_message(i));
     return with_context(a, [&] { return Device::cuda(static_cast<int>(i)); });
   }
   if (PyUnicode_Check(v.ptr())) {

@@ -252,19 +252,7 @@ void bind_comm(py::module_& m) {
 }
 
 void bind_nccl(py::module_& m) {
-  static py::exception<nc::NcclError> nccl_exc(m, "NcclError", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const nc::NcclError& e) {
-      py::object exc = py::reinterpret_borrow<py::object>(nccl_exc.ptr())(e.what());
-      exc.attr("code") = e.code();
-      exc.attr("code_name") = nc::result_name(e.code());
-      exc.attr("timed_out") = e.timed_out();
-      PyErr_SetObject(nccl_exc.ptr(), exc.ptr());
-    }
-  });
-
+  // NcclError (_C.NcclError) is made and raised by the one exception table (errors.hpp).
   m.def("_nccl_version", []() -> py::tuple {  // pybind11 3 types each make_tuple apart
     nc::Version v = nc::version();
     if (v.suffix.empty()) return py::make_tuple(v.major, v.minor, v.patch);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "args.hpp"
+#include "cudakit/capabilities.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/libraries.hpp"
 #include "cudakit/error.hpp"
@@ -44,6 +45,16 @@ int props_device(py::handle d, const char* fn) {
 void bind(py::module_& m) {
   // Diagnostics for `python -m cudakit info` (python/cudakit/_info.py).
   m.def("_unavailable_reason", [] { return unavailable_reason(); });
+  m.def("_backend_capabilities", [] {
+    const Capabilities c = backend_capabilities();
+    py::dict d;
+    d["host_addressable_device_memory"] = c.host_addressable_device_memory;
+    d["runs_kernels"] = c.runs_kernels;
+    d["vendor_math_handles"] = c.vendor_math_handles;
+    d["cross_process_ipc"] = c.cross_process_ipc;
+    d["hardware_telemetry"] = c.hardware_telemetry;
+    return d;
+  });
   m.def("_optional_libraries", [] {
     py::list out;
     for (const LibraryInfo& l : optional_libraries()) {
@@ -207,7 +218,6 @@ never by comparing backend_name().)doc")
           return can_device_access_peer(d, cuda_index(b, Arg{"can_device_access_peer", "peer_device"}, false));
         },
         py::arg("device"), py::arg("peer_device"));
-  m.def("_device_of_pointer", [](std::uintptr_t p) { return device_of_pointer(reinterpret_cast<const void*>(p)); });
   m.def("utilization", [](py::handle d) { return utilization(cuda_index(d, Arg{"utilization", "device"})); },
         py::arg("device") = py::none());
   m.def("memory_usage", [](py::handle d) { return memory_usage(cuda_index(d, Arg{"memory_usage", "device"})); },

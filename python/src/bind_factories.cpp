@@ -14,6 +14,7 @@
 #include "convert.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/ops.hpp"
+#include "fast_path.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -124,7 +125,7 @@ TensorOptions like_opts(const Tensor& t, py::handle dtype, py::handle device, co
                        device.is_none() ? t.device() : device_arg(device, Arg{fn, "device"}), false};
 }
 
-// ---- empty(): a vectorcall CPython function in front of the pybind11 one ----
+// ---- empty(): a vectorcall CPython function in front of the pybind11 one (fast_path.hpp) ----
 // Pinned host buffers are allocated from Python in loops (torch's pin_memory pattern), and
 // pybind11's dispatcher (py::args tuple, keyword matching, defaults) cost more than the pinned
 // cache itself: 1.13 us per empty(n, dtype=..., device="cpu", pin_memory=True) + free on 2
@@ -183,17 +184,10 @@ PyMethodDef g_fast_empty_def = {"empty", reinterpret_cast<PyCFunction>(
                                  METH_FASTCALL | METH_KEYWORDS, nullptr};
 
 void install_fast_empty(py::module_& m) {
-  g_empty_slow = py::object(m.attr("empty")).release().ptr();
   g_kw_dtype = PyUnicode_InternFromString("dtype");
   g_kw_device = PyUnicode_InternFromString("device");
   g_kw_pin = PyUnicode_InternFromString("pin_memory");
-  // The same docstring (signatures included) as the pybind11 function it fronts.
-  static const std::string doc = py::str(m.attr("empty").attr("__doc__"));
-  g_fast_empty_def.ml_doc = doc.c_str();
-  PyObject* fn = PyCFunction_NewEx(&g_fast_empty_def, nullptr, m.attr("__name__").ptr());
-  if (!fn) throw py::error_already_set();
-  m.attr("_empty_pybind11") = m.attr("empty");  // for tests and bench_pinned.py
-  m.attr("empty") = py::reinterpret_steal<py::object>(fn);
+  g_empty_slow = fast_path::front_function(m, g_fast_empty_def);  // also m._empty_pybind11
 }
 
 void bind(py::module_& m) {

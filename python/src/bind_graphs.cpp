@@ -22,6 +22,7 @@
 #include "cudakit/graph_annotations.hpp"
 #include "cudakit/graphs.hpp"
 #include "args.hpp"
+#include "fast_path.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -258,37 +259,30 @@ py::object get_graph_data(py::object self) {
   return dict;
 }
 
-// ---- replay(): a CPython method, not a pybind11 one ----
+// ---- replay(): a CPython method, not a pybind11 one (fast_path.hpp) ----
 // pybind11's dispatcher (overload resolution, the self caster, a call guard) cost ~0.15 us per
 // replay on the H200 host: cudakit replay was 2.51 us against 2.07 us for a raw ctypes
 // cuGraphLaunch, over the issue's +0.3 us budget. This METH_NOARGS method finds the C++
 // object in the pybind11 instance directly (the method descriptor has already checked
-// self's type), releases the GIL around the launch, and hands any exception to a pybind11
-// function that rethrows it, so errors are translated exactly as everywhere else.
-thread_local std::exception_ptr t_replay_error;
-PyObject* g_rethrow_replay_error = nullptr;  // _C._rethrow_replay_error: a leaked reference
-                                             // (never released during interpreter teardown)
-
+// self's type), releases the GIL around the launch, and raises any exception through the
+// one exception table once it holds the GIL again.
 PyObject* fast_replay(PyObject* self, PyObject* /*unused*/) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(self);
-  void* value = inst->simple_layout ? inst->simple_value_holder[0]
-                                    : py::detail::values_and_holders(inst).begin()->value_ptr();
-  if (value == nullptr) {
+  auto* graph = fast_path::held<CUDAGraph>(self);
+  if (graph == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "CUDAGraph.replay(): the graph was not initialised "
                                         "(call CUDAGraph.__init__)");
     return nullptr;
   }
-  bool failed = false;
+  std::exception_ptr error;
   Py_BEGIN_ALLOW_THREADS
   try {
-    static_cast<CUDAGraph*>(value)->replay();
+    graph->replay();
   } catch (...) {
-    t_replay_error = std::current_exception();
-    failed = true;
+    error = std::current_exception();
   }
   Py_END_ALLOW_THREADS
-  if (!failed) Py_RETURN_NONE;
-  return PyObject_CallNoArgs(g_rethrow_replay_error);  // NULL with the error set
+  if (!error) Py_RETURN_NONE;
+  return set_python_error(error);
 }
 
 PyMethodDef g_fast_replay_def = {
@@ -297,11 +291,6 @@ PyMethodDef g_fast_replay_def = {
     "first when keep_graph=True and it was not instantiated yet). Fires replay hooks."};
 
 void bind(py::module_& m) {
-  m.def("_rethrow_replay_error", [] {
-    std::exception_ptr e = std::exchange(t_replay_error, nullptr);
-    if (e) std::rethrow_exception(e);
-  });
-  g_rethrow_replay_error = py::object(m.attr("_rethrow_replay_error")).release().ptr();
   py::class_<HookHandle>(m, "_HookHandle", R"doc(
 Handle of a registered hook (torch.utils.hooks.RemovableHandle): remove() unregisters it;
 usable as a context manager.)doc")
@@ -315,12 +304,7 @@ usable as a context manager.)doc")
   py::class_<GraphDataCache>(m, "_GraphDataCache");
 
   auto graph_cls = py::class_<CUDAGraph>(m, "_CUDAGraph", py::dynamic_attr());
-  {
-    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(graph_cls.ptr()),
-                                        &g_fast_replay_def);
-    if (!descr) throw py::error_already_set();
-    graph_cls.attr("replay") = py::reinterpret_steal<py::object>(descr);
-  }
+  fast_path::add_method(graph_cls, g_fast_replay_def);
   graph_cls
       .def(py::init([](py::handle keep) {
              return std::make_unique<CUDAGraph>(to_bool(keep, Arg{"CUDAGraph", "keep_graph"}));
@@ -491,7 +475,7 @@ usable as a context manager.)doc")
   m.def("_clear_kernel_annotations", &ga::clear_kernel_annotations);
 }
 
-Registrar reg("graphs", 60, bind);
+Registrar reg("graphs", order::graphs, bind);
 
 }  // namespace
 }  // namespace cudakit::python

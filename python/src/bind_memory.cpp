@@ -425,7 +425,6 @@ void bind(py::module_& m) {
                      Device::cuda(device), false, [ref] { release_foreign([ref] { delete ref; }); });
   });
   m.def("_mem_change_allocator", &change_current_allocator);
-  m.def("_mem_reset_allocator", &reset_current_allocator);
 }
 
 Registrar reg("memory", order::memory, bind);

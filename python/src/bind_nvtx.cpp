@@ -22,6 +22,7 @@
 
 #include "cudakit/error.hpp"
 #include "cudakit/nvtx.hpp"
+#include "errors.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -41,16 +42,9 @@ bool kw_is(PyObject* name, PyObject* interned) {
   return name == interned || PyUnicode_Compare(name, interned) == 0;
 }
 
-// Sets a Python exception from the C++ exception in flight (slow paths only).
-void set_error_from_current() {
-  try {
-    throw;
-  } catch (const cudakit::ValueError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-}
+// Sets a Python exception from the C++ exception in flight (slow paths only), with the one
+// table every binding uses (errors.hpp).
+void set_error_from_current() { set_python_error(std::current_exception()); }
 
 const char* type_name(PyObject* o) { return Py_TYPE(o)->tp_name; }
 
@@ -761,7 +755,7 @@ void bind(py::module_& m) {
       py::reinterpret_steal<py::object>(wrap_domain(nv::Domain::cudakit()));
 }
 
-Registrar reg("nvtx", 60, bind);
+Registrar reg("nvtx", order::nvtx, bind);
 
 }  // namespace
 }  // namespace cudakit::python

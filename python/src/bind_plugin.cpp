@@ -52,7 +52,6 @@ void bind(py::module_& m) {
     return d;
   });
   m.def("_mem_torch_hooks_used", &torch_hooks_used);
-  m.def("_mem_last_plugin_error", &last_plugin_error);
   m.def("_mem_torch_pool_id", [](py::handle id) {
     return torch_pool_id(torch_id_arg(id, Arg{"torch_pool_id", "id"}));
   });

@@ -118,7 +118,7 @@ void bind(py::module_& m) {
       .def_property_readonly("device_source", &Trace::device_source);
 }
 
-Registrar reg("profiler", 61, bind);
+Registrar reg("profiler", order::profiler, bind);
 
 }  // namespace
 }  // namespace cudakit::python

@@ -14,6 +14,7 @@
 #include "cudakit/error.hpp"
 #include "cudakit/sanitizer.hpp"
 #include "cudakit/tensor.hpp"
+#include "errors.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -232,31 +233,6 @@ void bind(py::module_& m) {
   san::set_python_hooks(&capture_stack, &symbolize);
   san::set_warning_handler(&report);
 
-  // CUDASanitizerErrors -> cudakit.sanitizer.CUDASanitizerErrors (built by the Python module
-  // from plain dicts, so it carries torch's attributes).
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const san::CUDASanitizerErrors& e) {
-      py::list errors;
-      for (const auto& u : e.errors()) {
-        py::dict d;
-        d["data_ptr"] = u.data_ptr;
-        d["allocation"] = u.allocation;
-        d["allocation_size"] = u.allocation_size;
-        d["overlap"] = py::make_tuple(u.overlap_begin, u.overlap_end);
-        d["current_access"] = access_dict(u.current);
-        d["previous_access"] = access_dict(u.previous);
-        d["allocation_stack_trace"] = u.allocation_stack.empty() ? py::object(py::none())
-                                                                 : py::str(u.allocation_stack);
-        d["message"] = u.message();
-        errors.append(d);
-      }
-      py::object exc = py::module_::import("cudakit.sanitizer").attr("_errors_from_native")(errors);
-      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
-    }
-  });
-
   m.def("_sanitizer_enable", [](py::handle on_race) {
     const std::string mode = to_string(on_race, Arg{"enable_cuda_sanitizer", "on_race"});
     if (mode != "raise" && mode != "warn")
@@ -295,7 +271,29 @@ void bind(py::module_& m) {
      py::arg("name") = py::none());
 }
 
-Registrar reg("sanitizer", 64, bind);  // after every module it instruments
+Registrar reg("sanitizer", order::sanitizer, bind);
 
 }  // namespace
+
+// The CUDASanitizerErrors entry of the exception table (errors.hpp): the Python module builds
+// cudakit.sanitizer.CUDASanitizerErrors from plain dicts, so it carries torch's attributes.
+void set_sanitizer_error(const san::CUDASanitizerErrors& e) {
+  py::list errors;
+  for (const auto& u : e.errors()) {
+    py::dict d;
+    d["data_ptr"] = u.data_ptr;
+    d["allocation"] = u.allocation;
+    d["allocation_size"] = u.allocation_size;
+    d["overlap"] = py::make_tuple(u.overlap_begin, u.overlap_end);
+    d["current_access"] = access_dict(u.current);
+    d["previous_access"] = access_dict(u.previous);
+    d["allocation_stack_trace"] = u.allocation_stack.empty() ? py::object(py::none())
+                                                             : py::str(u.allocation_stack);
+    d["message"] = u.message();
+    errors.append(d);
+  }
+  py::object exc = py::module_::import("cudakit.sanitizer").attr("_errors_from_native")(errors);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+}
+
 }  // namespace cudakit::python

@@ -43,6 +43,9 @@ inline constexpr int graphs = 50;   // CUDA graphs (uses streams, memory pools, 
 inline constexpr int green_contexts = 54;  // _GreenContext (returns Stream)
 inline constexpr int gds = 56;      // _GdsFile, _GdsRequest, buffer registration (use Tensor)
 inline constexpr int comm = 60;     // comm.* and nccl.* (uses Device, Stream, Tensor, interop)
+inline constexpr int nvtx = 61;     // _C._nvtx (CPython API, no pybind11 classes)
+inline constexpr int profiler = 62;  // profiler start/stop and the tracer
+inline constexpr int sanitizer = 64;  // after every module it instruments
 inline constexpr int tunable = 70;  // TunableOp settings and results files (no classes)
 }  // namespace order
 

@@ -461,7 +461,8 @@ class Backend {
   virtual nccl::UniqueId comm_unique_id() = 0;
   // Rank `rank` of `nranks` ranks sharing `id`, on `device` (ncclCommInitRankConfig). A
   // blocking call returns once every rank has joined (NcclError on failure or timeout); a
-  // non-blocking one at once, its state() initializing until then.
+  // non-blocking one at once, its state() initializing until then. The caller has checked
+  // 1 <= nranks and 0 <= rank < nranks (src/nccl/communicator.cpp, with the user's names).
   virtual std::shared_ptr<BackendComm> comm_init_rank(int nranks, const nccl::UniqueId& id,
                                                       int rank, int device,
                                                       const CommInitOptions& options) = 0;

@@ -9,7 +9,7 @@
 // what NCCL refuses. Choosing a data type for a tensor dtype, validating shapes and devices,
 // and the watchdog live above the seam (src/nccl/); backends see pointers and counts.
 //
-// Errors: communication failures throw nccl::NcclError (cudakit/nccl.hpp) carrying the
+// Errors: communication failures throw nccl::NcclError (cudakit/nccl_types.hpp) carrying the
 // ncclResult_t code; a peer that died or a wait that timed out is remote_error.
 //
 // Thread-safety: every method of BackendComm may be called from any thread. Operations on
@@ -23,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include "cudakit/nccl.hpp"
+#include "cudakit/nccl_types.hpp"
 #include "cudakit/stream.hpp"
 
 namespace cudakit::detail {

@@ -1,6 +1,7 @@
-// The one place that opens run-time-loaded libraries (libcuda, NVML, cuBLAS, cuSOLVER; next
-// cuBLASLt, NVRTC, CUPTI, NCCL, cuFile). Backend-neutral (it needs no CUDA header), so it is
-// built and tested on every machine; only backends use it (tests/layout enforces that).
+// The one place that opens run-time-loaded libraries (cuda: libcuda, NVML, cuBLAS, cuBLASLt,
+// cuSOLVER, NVRTC, CUPTI, NCCL, cuFile; emulated: OpenBLAS's CBLAS). Backend-neutral (it needs
+// no CUDA header), so it is built and tested on every machine; only backends use it
+// (tests/layout enforces that).
 //
 // A library is described by a LibrarySpec (display name, sonames tried in order, what to do
 // when it is missing) and a symbol table: typed function-pointer slots, each required or
@@ -15,7 +16,7 @@
 //
 // Why not one loader per library (as before): three copies had drifted apart in how they
 // reported failures (one kept dlerror(), one did not, one printed a fixed hint), and the five
-// libraries of the next issues would have made eight.
+// libraries added since would have made eight.
 //
 // Thread-safety: load_library() is reentrant; callers load each library once (call_once or a
 // function-local static) and share the immutable result.

@@ -11,6 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
+#include "devices/resolve.hpp"
 #include "devices/sync_debug.hpp"
 #include "sanitizer/hooks.hpp"
 
@@ -136,24 +137,7 @@ void init() {
 int resolve_device(int device) {
   if (device == kCurrentDevice) return current_device();
   detail::ensure_initialized();
-  int n = detail::cached_device_count();
-  // The range the caller can act on comes first; cudakit's own per-process limit matters only
-  // on a machine with more devices than it (then the message says so).
-  if (device < 0 || device >= n) {
-    throw ValueError("Invalid device index " + std::to_string(device) + ": cudakit sees " +
-                     std::to_string(n) + " device(s) on the '" + backend_name() +
-                     "' backend; valid indices are " +
-                     (n > 0 ? "0.." + std::to_string(n - 1) : std::string("none")) +
-                     " (CUDA_VISIBLE_DEVICES / CUDAKIT_EMULATED_DEVICES decide which exist)");
-  }
-  if (device >= kMaxDevices) {
-    throw ValueError("Invalid device index " + std::to_string(device) + ": " +
-                     std::to_string(n) + " devices are visible but cudakit supports at most " +
-                     std::to_string(kMaxDevices) + " per process; valid indices are 0.." +
-                     std::to_string(kMaxDevices - 1) +
-                     " (set CUDA_VISIBLE_DEVICES to choose which devices these are)");
-  }
-  return device;
+  return detail::resolve_device_index(device);
 }
 
 int current_device() {

@@ -429,8 +429,6 @@ EngineConfig parse_engine_config(const char* threads, const char* chunk, const c
   return c;
 }
 
-const EngineConfig& engine_config() { return engine().config(); }
-
 std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool stage) {
   auto state = std::make_shared<IoRequest::State>();
   if (t.bytes == 0) {

@@ -87,9 +87,6 @@ struct Transfer {
   std::shared_ptr<const void> keep_alive;  // the tensor's storage
 };
 
-// The engine's configuration (created on first call from the environment).
-const EngineConfig& engine_config();
-
 // Enqueues `t` after the work already on `stream` and returns its completion state.
 // `stage` (only for writes on the compat path): the bytes are copied on `stream` into pinned staging buffers
 // at the call, so later work on the stream may change the tensor at once; the engine's

@@ -4,10 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "core/files.hpp"
 
 namespace cudakit::jit {
 namespace {
@@ -43,17 +44,6 @@ bool read_all(int fd, char* p, std::size_t n) {
     if (r <= 0) return false;
     p += r;
     n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
   }
   return true;
 }
@@ -156,12 +146,6 @@ DiskCache::Lookup DiskCache::read(const std::string& file, const std::string& ke
 bool DiskCache::write(const std::string& file, const std::string& key,
                       const std::vector<char>& image) const {
   if (dir_.empty() || image.empty()) return false;
-  static std::atomic<unsigned long long> counter{0};
-  const std::string path = dir_ + "/" + file;
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
   char header[kHeader];
   const std::uint64_t key_size = key.size(), image_size = image.size();
   const std::uint64_t sum = checksum(key, image.data(), image.size());
@@ -169,13 +153,10 @@ bool DiskCache::write(const std::string& file, const std::string& key,
   std::memcpy(header + 8, &key_size, 8);
   std::memcpy(header + 16, &image_size, 8);
   std::memcpy(header + 24, &sum, 8);
-  const bool ok = write_all(fd, header, kHeader) && write_all(fd, key.data(), key.size()) &&
-                  write_all(fd, image.data(), image.size());
-  if (::close(fd) != 0 || !ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
+  return detail::write_file_atomically(
+             dir_ + "/" + file,
+             {std::string_view(header, kHeader), key, std::string_view(image.data(), image.size())},
+             0600) == 0;
 }
 
 }  // namespace cudakit::jit

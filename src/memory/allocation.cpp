@@ -15,22 +15,16 @@
 namespace cudakit {
 
 namespace memory {
-int resolve_alloc_device(int device) {
-  if (device == kCurrentDevice) return detail::backend().current_device();
-  if (device < 0)
-    throw ValueError("invalid device index " + std::to_string(device) +
-                     ": pass a device ordinal >= 0 or kCurrentDevice");
-  return device;
-}
 
 namespace {
-// Local copies the raw paths inline: a call through an exported (interposable) function costs
+// native_alloc / native_free without draining the deferred frees (their callers have), as
+// local copies the raw paths inline: a call through an exported (interposable) function costs
 // a few instructions per allocation, measurable on the hot path.
-inline void* alloc_native(std::size_t bytes, int dev, detail::StreamHandle stream,
-                          std::uint8_t client = 0) {
+inline void* native_alloc_inline(std::size_t bytes, int dev, detail::StreamHandle stream,
+                                 std::uint8_t client = 0) {
   return reinterpret_cast<void*>(device_allocator(dev).malloc(bytes, stream, client)->ptr);
 }
-inline bool free_native(void* ptr, int dev_hint) {
+inline bool native_free_inline(void* ptr, int dev_hint) {
   if (dev_hint >= 0 && device_allocator(dev_hint).free(ptr)) return true;
   return free_in_any_allocator(ptr, dev_hint);
 }
@@ -38,7 +32,7 @@ inline bool free_native(void* ptr, int dev_hint) {
 
 void* native_alloc(std::size_t bytes, int dev, detail::StreamHandle stream, std::uint8_t client) {
   drain_deferred_frees();
-  return alloc_native(bytes, dev, stream, client);
+  return native_alloc_inline(bytes, dev, stream, client);
 }
 
 bool native_free(void* ptr, int dev_hint) {
@@ -47,7 +41,7 @@ bool native_free(void* ptr, int dev_hint) {
     return true;
   }
   drain_deferred_frees();
-  return free_native(ptr, dev_hint);
+  return native_free_inline(ptr, dev_hint);
 }
 
 bool native_record_stream(void* ptr, detail::StreamHandle stream) {
@@ -61,7 +55,8 @@ bool native_record_stream(void* ptr, detail::StreamHandle stream) {
 void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
   drain_deferred_frees();
   PluggedAllocator* plugged = plugged_allocator();
-  void* p = plugged ? plugged->allocate(bytes, dev, stream) : alloc_native(bytes, dev, stream);
+  void* p = plugged ? plugged->allocate(bytes, dev, stream)
+                    : native_alloc_inline(bytes, dev, stream);
   if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::allocated(p, bytes, dev, stream);  // sanitizer
   return p;
 }
@@ -70,7 +65,7 @@ void* raw_alloc_for(std::uint8_t client, std::size_t bytes, int dev,
                     detail::StreamHandle stream) {
   drain_deferred_frees();
   if (PluggedAllocator* p = plugged_allocator()) return p->allocate(bytes, dev, stream);
-  return alloc_native(bytes, dev, stream, client);
+  return native_alloc_inline(bytes, dev, stream, client);
 }
 
 bool raw_free(void* ptr, int dev_hint) {
@@ -80,7 +75,7 @@ bool raw_free(void* ptr, int dev_hint) {
     return true;
   }
   drain_deferred_frees();
-  return free_in_plugged(ptr) || free_native(ptr, dev_hint);
+  return free_in_plugged(ptr) || native_free_inline(ptr, dev_hint);
 }
 }  // namespace memory
 

@@ -219,7 +219,7 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
     } else if (key == "graph_capture_record_stream_reuse") {
       c.graph_capture_record_stream_reuse = parse_bool(var, key, v);
       c.warnings.push_back(var + ": '" + key + "' is accepted for torch compatibility and has "
-                           "no effect in cudakit (there is no graph capture yet)");
+                           "no effect in cudakit (no in-capture reuse of record_stream frees)");
     } else {
       throw ValueError(var + ": unknown key '" + key +
                        "'. Known keys: backend, expandable_segments, garbage_collection_threshold, "

@@ -20,8 +20,8 @@
 //   inert: accepted so a PYTORCH_CUDA_ALLOC_CONF written for torch works, but have no effect
 //     here; each use warns
 //     release_lock_on_cudamalloc (the allocator never waits under its locks; the device
-//       allocation call itself is short), graph_capture_record_stream_reuse (no graph
-//       capture in cudakit yet)
+//       allocation call itself is short), graph_capture_record_stream_reuse (no in-capture
+//       reuse of blocks freed with record_stream)
 // cudakit's own keys (not torch's): quick_cache (True/False, default True: the exact-size
 // cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
 // (pages of the large pool's smallest physical allocation, default 4 = 8 MiB: its chunks

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cudakit/error.hpp"
+#include "devices/resolve.hpp"
 #include "memory/deferred_free.hpp"
 #include "memory/locks.hpp"
 #include "memory/stats.hpp"
@@ -219,9 +220,7 @@ detail::EventHandle HostAllocator::take_event(int device) {
 }
 
 bool HostAllocator::record_event(void* ptr, detail::StreamHandle stream, int device) {
-  if (device < 0 || device >= kMaxDevices)
-    throw ValueError("record_event on pinned memory: invalid device " + std::to_string(device) +
-                     " (expected 0.." + std::to_string(kMaxDevices - 1) + ")");
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] detail::throw_invalid_device(device);
   std::lock_guard lock(mutex_);
   auto it = blocks_.find(ptr);
   if (it == blocks_.end() || !it->second.allocated) return false;

@@ -16,14 +16,7 @@ namespace cudakit {
 using memory::device_allocator;
 
 namespace {
-int dev_of(int device) {
-  int d = memory::resolve_alloc_device(device);
-  const int n = detail::backend().device_count();
-  if (d >= n)
-    throw ValueError("invalid device index " + std::to_string(d) + ": " + std::to_string(n) +
-                     " device(s) visible" + (n ? " (valid: 0.." + std::to_string(n - 1) + ")" : ""));
-  return d;
-}
+int dev_of(int device) { return memory::resolve_alloc_device(device); }
 
 void put_stat(std::map<std::string, std::int64_t>& m, const std::string& prefix,
               const MemoryStat& s) {

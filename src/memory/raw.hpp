@@ -9,11 +9,13 @@
 #include <cstdint>
 
 #include "backend/backend.hpp"
+#include "devices/resolve.hpp"
 
 namespace cudakit::memory {
 
-// kCurrentDevice → the calling thread's current device; other negative values → ValueError.
-int resolve_alloc_device(int device);
+// kCurrentDevice → the calling thread's current device; an index this process does not see →
+// ValueError (the one device check, devices/resolve.hpp).
+inline int resolve_alloc_device(int device) { return detail::resolve_device_index(device); }
 
 // The built-in caching allocator of device `dev`, never a plugged one (the torch hook table
 // calls these, so installing the plug-in into cudakit itself cannot recurse). `client` (a

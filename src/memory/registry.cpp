@@ -8,6 +8,7 @@
 
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
+#include "devices/resolve.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
 
@@ -21,9 +22,7 @@ std::atomic<bool> g_caching_enabled{true};
 }  // namespace
 
 DeviceAllocator& device_allocator(int device) {
-  if (device < 0 || device >= kMaxDevices)
-    throw ValueError("invalid device index " + std::to_string(device) +
-                     " for the caching allocator");
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] detail::throw_invalid_device(device);
   if (DeviceAllocator* a = g_allocators[device].load(std::memory_order_acquire)) return *a;
   DeviceAllocator* a = nullptr;
   {
@@ -32,11 +31,7 @@ DeviceAllocator& device_allocator(int device) {
     std::lock_guard lock(g_create_mutex);
     if ((a = g_allocators[device].load(std::memory_order_acquire))) return *a;
     detail::Backend& b = detail::backend();
-    const int n = b.device_count();
-    if (device >= n)
-      throw ValueError("invalid device index " + std::to_string(device) + ": the " +
-                       std::string(b.name()) + " backend has " + std::to_string(n) +
-                       " device(s)" + (n ? " (valid: 0.." + std::to_string(n - 1) + ")" : ""));
+    if (device >= b.device_count()) detail::throw_invalid_device(device);
     a = new DeviceAllocator(device, b, config());  // leaked on purpose
     g_allocators[device].store(a, std::memory_order_release);
   }

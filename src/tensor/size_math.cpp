@@ -113,13 +113,4 @@ StorageSpan checked_span(const Shape& sizes, const Shape& strides, DType dtype,
   return sp;
 }
 
-std::size_t checked_numel_bytes(const Shape& sizes, DType dtype, const Device& device,
-                                const char* what) {
-  // Contiguous: the span is numel elements (strides follow from a checked numel).
-  const std::int64_t n = checked_numel(sizes, what);
-  const unsigned __int128 bytes = static_cast<unsigned __int128>(n) * element_size(dtype);
-  if (bytes > kMaxAllocBytes) throw_too_large(bytes, sizes, dtype, device, what);
-  return static_cast<std::size_t>(bytes);
-}
-
 }  // namespace cudakit::detail

@@ -41,8 +41,4 @@ std::int64_t checked_numel(const Shape& sizes, const char* what);
 StorageSpan checked_span(const Shape& sizes, const Shape& strides, DType dtype,
                          const Device& device, const char* what, bool allocation = true);
 
-// Bytes of a contiguous tensor of `sizes` and `dtype` (checked as checked_span).
-std::size_t checked_numel_bytes(const Shape& sizes, DType dtype, const Device& device,
-                                const char* what);
-
 }  // namespace cudakit::detail

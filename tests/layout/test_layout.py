@@ -10,7 +10,10 @@ and the walls around it:
   5. public headers (include/cudakit/) include only public headers, mention no detail::
      namespace, and open `namespace CUDAKIT_API cudakit` (exported symbols);
   6. src/kernels/ (host/device-portable code) includes nothing else from src/, and src/ops/
-     nothing from src/random/ (the ops <-> random include cycle stays broken).
+     nothing from src/random/ (the ops <-> random include cycle stays broken);
+  7. no header of src/backend/ reaches cudakit/tensor.hpp, directly or through the headers it
+     includes (the seam speaks pointers and value types: every file that includes it would
+     compile the tensor API).
 
 Rules look at code only: comments and string literals are stripped first, so prose that
 explains a rule ("never dlopen here") never trips it. Deliberate exceptions go in ALLOWED
@@ -196,11 +199,64 @@ def scanned_files():
         yield p.relative_to(ROOT).as_posix(), "python"
 
 
+SEAM_FORBIDDEN = "include/cudakit/tensor.hpp"
+INCLUDE_ROOTS = ("src", "include")  # the project's include path (quoted includes)
+
+
+def read_tree(rel: str) -> str | None:
+    path = ROOT / rel
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
+def include_chain(start: str, target: str, read=read_tree) -> list[str] | None:
+    """The chain of project headers from `start` to `target` (both relative to ROOT), following
+    every quoted #include outside comments, or None when `target` is not reachable. `read`
+    returns a file's text, or None when there is no such file."""
+    parents: dict[str, str | None] = {start: None}
+    todo = [start]
+    while todo:
+        rel = todo.pop()
+        text = read(rel)
+        if text is None:
+            continue
+        code, _, _ = strip_cpp(text)
+        for name in re.findall(r'#\s*include\s*"([^"]+)"', code):
+            for top in INCLUDE_ROOTS:
+                cand = f"{top}/{name}"
+                if read(cand) is not None:
+                    break
+            else:
+                continue
+            if cand in parents:
+                continue
+            parents[cand] = rel
+            if cand == target:
+                chain = [cand]
+                while parents[chain[-1]] is not None:
+                    chain.append(parents[chain[-1]])
+                return chain[::-1]
+            todo.append(cand)
+    return None
+
+
+def check_seam_includes(rel: str, read=read_tree) -> list[tuple[str, int, str]]:
+    if not (rel.startswith("src/backend/") and rel.endswith(".hpp")):
+        return []
+    chain = include_chain(rel, SEAM_FORBIDDEN, read)
+    if chain is None:
+        return []
+    return [("seam-tensor", 1, "reaches cudakit/tensor.hpp through " + " -> ".join(chain) +
+             ": the seam passes pointers and value types (split the types it needs into their "
+             "own header, as cudakit/nccl_types.hpp)")]
+
+
 def violations():
     out = []
     for rel, kind in scanned_files():
         text = (ROOT / rel).read_text(encoding="utf-8", errors="replace")
         found = check_cpp(rel, text) if kind == "cpp" else check_python(rel, text)
+        if kind == "cpp":
+            found += check_seam_includes(rel)
         for rule, line, why in found:
             if (rule, rel) not in ALLOWED:
                 out.append(f"{rel}:{line}: [{rule}] {why}")
@@ -224,6 +280,8 @@ def test_allowed_exceptions_are_still_needed():
             continue
         text = path.read_text(encoding="utf-8")
         found = check_python(rel, text) if rel.endswith(".py") else check_cpp(rel, text)
+        if not rel.endswith(".py"):
+            found += check_seam_includes(rel)
         if not any(r == rule for r, _, _ in found):
             stale.append(f"{rel} [{rule}]")
     assert not stale, "remove stale ALLOWED entries: " + ", ".join(stale)
@@ -279,3 +337,23 @@ def test_rules_catch(rel, snippet, rule):
 ])
 def test_rules_ignore(rel, snippet):
     assert rules_hit(rel, snippet) == set()
+
+
+def test_seam_rule_follows_includes():
+    tree = {
+        "src/backend/backend.hpp": '#include "backend/collectives.hpp"\n#include <vector>\n',
+        "src/backend/collectives.hpp": '// #include "cudakit/tensor.hpp" (a comment)\n#include "cudakit/nccl.hpp"\n',
+        "include/cudakit/nccl.hpp": '#include "cudakit/tensor.hpp"\n',
+        "include/cudakit/tensor.hpp": "",
+        "src/backend/activity.hpp": '#include "cudakit/stream.hpp"\n',
+        "include/cudakit/stream.hpp": "",
+    }
+    read = tree.get
+    assert include_chain("src/backend/backend.hpp", SEAM_FORBIDDEN, read) == [
+        "src/backend/backend.hpp", "src/backend/collectives.hpp", "include/cudakit/nccl.hpp",
+        "include/cudakit/tensor.hpp"]
+    assert {r for r, _, _ in check_seam_includes("src/backend/backend.hpp", read)} == {"seam-tensor"}
+    assert check_seam_includes("src/backend/activity.hpp", read) == []
+    tree["include/cudakit/nccl.hpp"] = '#include "cudakit/stream.hpp"\n'  # the split
+    assert check_seam_includes("src/backend/backend.hpp", read) == []
+    assert check_seam_includes("src/ops/ops.hpp", read) == []  # only the seam's headers

@@ -58,6 +58,30 @@ def test_device_arguments(ck):
         ck.get_device_name(CpuLike())
 
 
+def test_every_entry_point_reports_a_bad_device_index_alike(ck):
+    n = ck.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    expected = (f"Invalid device index 99: this process sees {n} device(s) (0..{n - 1}) on the "
+                f"'{ck.backend_name()}' backend; CUDA_VISIBLE_DEVICES="
+                + ("unset" if visible is None else f"'{visible}'"))
+    calls = {
+        "set_device": lambda: ck.set_device(99),
+        "synchronize": lambda: ck.synchronize("cuda:99"),
+        "memory_stats": lambda: ck.memory.memory_stats(99),
+        "memory_allocated": lambda: ck.memory.memory_allocated(99),
+        "caching_allocator_alloc": lambda: ck.memory.caching_allocator_alloc(16, 99),
+        "empty": lambda: ck.empty(4, device=99),
+        "Stream": lambda: ck.Stream(device=99),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError) as e:
+            call()
+        assert expected in str(e.value), (name, str(e.value))
+    # An index past what the argument layer accepts reads the same.
+    with pytest.raises(ValueError, match=r"Invalid device index 4096: this process sees"):
+        ck.empty(4, device=4096)
+
+
 def test_device_context_manager(ck):
     if ck.device_count() < 2:
         pytest.skip("needs 2 devices")

@@ -33,6 +33,24 @@ def test_info_json_reports_backend_devices_and_settings():
     assert "optional_libraries" in rep
 
 
+def test_info_reports_what_the_backend_can_do(ck):
+    proc = _run("info", "--json", backend=os.environ.get("CUDAKIT_BACKEND"))
+    assert proc.returncode == 0, proc.stderr
+    caps = json.loads(proc.stdout)["capabilities"]
+    assert set(caps) == {"host_addressable_device_memory", "runs_kernels", "vendor_math_handles",
+                         "cross_process_ipc", "hardware_telemetry"}
+    assert all(isinstance(v, bool) for v in caps.values())
+    # The flags say what the calls do: without vendor handles the handle call refuses.
+    if not caps["vendor_math_handles"]:
+        import pytest
+        with pytest.raises(NotImplementedError):
+            ck.current_blas_handle()
+    else:
+        assert ck.current_blas_handle() != 0
+    if ck.backend_name() == "emulated":  # its telemetry is a documented model
+        assert not caps["hardware_telemetry"] and caps["host_addressable_device_memory"]
+
+
 def test_info_text_form_names_the_backend():
     proc = _run("info")
     assert proc.returncode == 0, proc.stderr

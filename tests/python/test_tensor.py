@@ -28,6 +28,16 @@ NUMPY_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "
                 "float64", "complex64", "complex128"]
 
 
+def test_dtypes_pickle_and_copy():
+    import copy
+    import pickle
+    for dt in (T.float32, T.bfloat16, T.int64, T.bool, T.complex128):
+        back = pickle.loads(pickle.dumps(dt))
+        assert back == dt and type(back) is type(dt) and back.itemsize == dt.itemsize
+        assert copy.deepcopy(dt) == dt
+    assert pickle.loads(pickle.dumps({"dtype": T.float16}))["dtype"] == T.float16
+
+
 def test_promotion_matches_numpy_within_categories():
     # torch and NumPy agree except int x float (torch keeps the float's width).
     for a, b in itertools.product(NUMPY_DTYPES, NUMPY_DTYPES):

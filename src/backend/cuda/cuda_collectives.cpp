@@ -222,14 +222,6 @@ std::shared_ptr<BackendComm> CudaBackend::comm_init_rank(int nranks, const nccl:
                                                          int rank, int device,
                                                          const CommInitOptions& options) {
   const Nccl& n = nccl_or_throw("Communicator");
-  if (nranks < 1) {
-    throw ValueError("comm_init_rank: the number of ranks must be at least 1, got " +
-                     std::to_string(nranks));
-  }
-  if (rank < 0 || rank >= nranks) {
-    throw ValueError("comm_init_rank: rank " + std::to_string(rank) + " is out of range for " +
-                     std::to_string(nranks) + " ranks (0.." + std::to_string(nranks - 1) + ")");
-  }
   ContextScope scope(*this, device, "comm_init_rank");  // NCCL binds the rank to the current device
   NcclUniqueIdRaw raw{};
   std::memcpy(raw.internal, id.bytes.data(), sizeof raw.internal);

@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/files.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::detail::cuda {
@@ -33,18 +34,6 @@ const LibrarySpec& spec() {
         return std::to_string(major) + "." + std::to_string(minor);
       }};
   return s;
-}
-
-// realpath, size and mtime: changes whenever the file is replaced.
-std::string file_identity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return "";
-  char* real = ::realpath(path.c_str(), nullptr);
-  std::string r = real ? real : path;
-  std::free(real);
-  return r + " size=" + std::to_string(st.st_size) + " mtime=" +
-         std::to_string(static_cast<long long>(st.st_mtim.tv_sec)) + "." +
-         std::to_string(st.st_mtim.tv_nsec);
 }
 
 // What decides which file dlopen("libnvrtc.so.N") resolves to.
@@ -78,21 +67,11 @@ std::map<std::string, std::string> read_record(const std::string& path) {
   return kv;
 }
 
-void write_record(const std::string& dir, const std::string& path,
-                  const std::map<std::string, std::string>& kv) {
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [k, v] : kv) out << k << '=' << v << '\n';
-    if (!out) {
-      ::unlink(tmp.c_str());
-      return;  // best effort: the next process loads NVRTC again
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
-  (void)dir;
+void write_record(const std::string& path, const std::map<std::string, std::string>& kv) {
+  std::string text;
+  for (const auto& [k, v] : kv) text += k + '=' + v + '\n';
+  // Best effort: when it fails, the next process loads NVRTC again.
+  (void)write_file_atomically(path, {text});
 }
 
 std::string result_text(const Nvrtc& n, int rc) {
@@ -216,7 +195,7 @@ NvrtcIdentity nvrtc_identity(const std::string& state_dir) {
   NvrtcIdentity id{n.lib.version(), n.archs, file_identity(n.lib.path())};
   if (id.file.empty()) id.file = n.lib.path();
   if (!record.empty()) {
-    write_record(state_dir, record,
+    write_record(record,
                  {{"inputs", resolution_inputs()},
                   {"path", n.lib.path()},
                   {"file", id.file},

@@ -30,14 +30,6 @@ nccl::UniqueId EmulatedBackend::comm_unique_id() { return make_engine_id(); }
 std::shared_ptr<BackendComm> EmulatedBackend::comm_init_rank(int nranks, const nccl::UniqueId& id,
                                                              int rank, int device,
                                                              const CommInitOptions& options) {
-  if (nranks < 1) {
-    throw ValueError("comm_init_rank: the number of ranks must be at least 1, got " +
-                     std::to_string(nranks));
-  }
-  if (rank < 0 || rank >= nranks) {
-    throw ValueError("comm_init_rank: rank " + std::to_string(rank) + " is out of range for " +
-                     std::to_string(nranks) + " ranks (0.." + std::to_string(nranks - 1) + ")");
-  }
   dev(device);  // invalid_device for a device that does not exist
   const std::string name = segment_name(id);
   auto comm = std::make_shared<EmulatedComm>(*this, nranks, rank, device, options.timeout);

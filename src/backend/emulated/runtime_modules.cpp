@@ -42,6 +42,7 @@
 
 #include "backend/emulated/kernel_faults.hpp"
 #include "backend/emulated/state.hpp"
+#include "core/files.hpp"
 #include "cudakit/error.hpp"
 
 extern char** environ;
@@ -82,17 +83,6 @@ std::string resolve(const std::string& name) {
   return "";
 }
 
-std::string file_identity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return path;
-  char* real = ::realpath(path.c_str(), nullptr);
-  std::string r = real ? real : path;
-  std::free(real);
-  return r + " size=" + std::to_string(st.st_size) + " mtime=" +
-         std::to_string(static_cast<long long>(st.st_mtim.tv_sec)) + "." +
-         std::to_string(st.st_mtim.tv_nsec);
-}
-
 HostCompiler find_compiler() {
   HostCompiler c;
   std::vector<std::string> words;
@@ -126,7 +116,8 @@ HostCompiler find_compiler() {
   }
   struct utsname u {};
   ::uname(&u);
-  std::string id = "host-c++ " + file_identity(words[0]);
+  const std::string compiler = file_identity(words[0]);  // "" if it vanished since the search
+  std::string id = "host-c++ " + (compiler.empty() ? words[0] : compiler);
   for (std::size_t i = 1; i < words.size(); ++i) id += " " + words[i];
   id += " flags=";
   for (const char* f : kFlags) id += std::string(f) + " ";
