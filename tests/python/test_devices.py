@@ -61,8 +61,8 @@ def test_device_arguments(ck):
 def test_every_entry_point_reports_a_bad_device_index_alike(ck):
     n = ck.device_count()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    expected = (f"Invalid device index 99: this process sees {n} device(s) (0..{n - 1}) on the "
-                f"'{ck.backend_name()}' backend; CUDA_VISIBLE_DEVICES="
+    expected = (f"Invalid device index 99: this process sees {n} device(s) on the "
+                f"'{ck.backend_name()}' backend, so valid indices are 0..{n - 1}; CUDA_VISIBLE_DEVICES="
                 + ("unset" if visible is None else f"'{visible}'"))
     calls = {
         "set_device": lambda: ck.set_device(99),
