@@ -5,7 +5,6 @@
 #include <string>
 
 #include "args.hpp"
-#include "cudakit/capabilities.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/libraries.hpp"
 #include "cudakit/error.hpp"
@@ -46,13 +45,14 @@ void bind(py::module_& m) {
   // Diagnostics for `python -m cudakit info` (python/cudakit/_info.py).
   m.def("_unavailable_reason", [] { return unavailable_reason(); });
   m.def("_backend_capabilities", [] {
-    const Capabilities c = backend_capabilities();
+    const BackendCapabilities c = backend_capabilities();
     py::dict d;
     d["host_addressable_device_memory"] = c.host_addressable_device_memory;
     d["runs_kernels"] = c.runs_kernels;
     d["vendor_math_handles"] = c.vendor_math_handles;
     d["cross_process_ipc"] = c.cross_process_ipc;
     d["hardware_telemetry"] = c.hardware_telemetry;
+    d["graph_tools_ids"] = c.graph_tools_ids;
     return d;
   });
   m.def("_optional_libraries", [] {
