@@ -38,7 +38,7 @@ def test_info_reports_what_the_backend_can_do(ck):
     assert proc.returncode == 0, proc.stderr
     caps = json.loads(proc.stdout)["capabilities"]
     assert set(caps) == {"host_addressable_device_memory", "runs_kernels", "vendor_math_handles",
-                         "cross_process_ipc", "hardware_telemetry"}
+                         "cross_process_ipc", "hardware_telemetry", "graph_tools_ids"}
     assert all(isinstance(v, bool) for v in caps.values())
     # The flags say what the calls do: without vendor handles the handle call refuses.
     if not caps["vendor_math_handles"]:
