@@ -509,6 +509,13 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   // round less).
   if (end == 0 && max_chunk > unit)
     end = es.map(b->ptr, bytes, lim, unit, max_new, spares, vm_calls_, &from_spares);
+  // Still out of memory with pages mapped ahead: the request alone may fit (a nearly full
+  // device raised out-of-memory for 16 MiB with 40 MiB free: test PartialMapFailureRollsBack).
+  const std::size_t needed = std::min(b->size, (size + unit - 1) / unit * unit);
+  if (end == 0 && bytes > needed) {
+    bytes = needed;
+    end = es.map(b->ptr, bytes, b->ptr + bytes, unit, max_new, spares, vm_calls_, &from_spares);
+  }
   if (end == 0) return false;
   bytes = end - b->ptr;
   if (bytes < b->size) {
