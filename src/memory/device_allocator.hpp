@@ -54,6 +54,7 @@
 #include "memory/config.hpp"
 #include "memory/expandable_segment.hpp"
 #include "memory/locks.hpp"
+#include "memory/oom_message.hpp"
 #include "memory/quick_cache.hpp"
 #include "memory/stats.hpp"
 
@@ -232,6 +233,8 @@ class DeviceAllocator {
   void run_deferred(std::vector<Deferred>& work);
   [[noreturn]] void raise_oom(std::size_t size, std::size_t alloc_size,
                               detail::StreamHandle stream);
+  // What the out-of-memory diagnosis needs (oom_message.cpp); locks held.
+  OomFacts oom_facts(std::size_t size, std::size_t alloc_size, detail::StreamHandle stream);
 
   // ---- expandable segments (expandable_segment.cpp) ----
   Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream,

@@ -220,13 +220,7 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
     msg += "The per-process memory fraction limits this process to " + fmt_bytes(limit_) +
            " (set_per_process_memory_fraction). ";
   }
-  if (!cfg_.expandable_segments && cached > alloc_size / 4 && cached > 20 * kMiB) {
-    msg += "Reserved-but-unallocated memory is large: set CUDAKIT_ALLOC_CONF="
-           "expandable_segments:True to avoid fragmentation. ";
-  } else {
-    msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
-           "other processes sharing the device. ";
-  }
+  msg += oom_diagnosis(oom_facts(size, alloc_size, stream));
   if (allocator_events_wanted()) note_event("oom", 0, size, stream, nullptr);
   throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);
 }
