@@ -302,7 +302,10 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   const bool caching = caching_enabled();
   if (cfg_.garbage_collection_threshold > 0 && caching) garbage_collect();
   Block* b = nullptr;
-  if (cfg_.expandable_segments && caching && !pool.owner) {
+  // Expandable segments serve the large pool only: small blocks (<= 1 MiB) keep torch's 2 MiB
+  // segments, one cudaMalloc each instead of create + map + access, and a base address for
+  // torch's legacy IPC and the plug-in's base_alloc (issue 27, expandable_segment.hpp).
+  if (cfg_.expandable_segments && caching && !pool.owner && !pool.is_small) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
     b = alloc_segment(pool, caching ? allocation_size(size)

@@ -55,7 +55,7 @@ TEST(MemoryAllocator, AllocationContractRoundTrip) {
 }
 
 TEST(MemoryAllocator, RoundingSplittingAndStats) {
-  DeviceAllocator a = make();
+  DeviceAllocator a = make("expandable_segments:False");  // plain segments' sizes;
   auto* b1 = a.malloc(1, nullptr);
   EXPECT_EQ(b1->size, 512u);
   EXPECT_EQ(b1->requested, 1u);
@@ -331,7 +331,8 @@ TEST(MemoryAllocator, ExpandableSegmentsUnusableSparesKeepTheFractionLimit) {
 }
 
 TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {
-  DeviceAllocator a = make("max_split_size_mb:64");
+  // max_split_size_mb applies to plain segments (torch's expandable segments ignore it too).
+  DeviceAllocator a = make("max_split_size_mb:64,expandable_segments:False");
   auto* big = a.malloc(100 * kMiB, nullptr);
   const auto p = big->ptr;
   a.free(reinterpret_cast<void*>(p));

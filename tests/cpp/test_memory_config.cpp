@@ -91,10 +91,17 @@ TEST(MemoryConfig, FractionKeyAppliesToEveryDevice) {
 TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   touch_allocator();
   const memory::AllocatorConfig before = memory::settings_in_force();
-  for (const char* change : {"expandable_segments:True", "backend:cudaMallocAsync",
-                             "max_split_size_mb:100", "expandable_segments_chunk_pages:8",
-                             "device_mutex_spin:False",
-                             "garbage_collection_threshold:0.5,expandable_segments:True"}) {
+  // The value that is not in force (expandable segments are the default, the environment may
+  // say otherwise).
+  const std::string flip = before.expandable_segments ? "expandable_segments:False"
+                                                      : "expandable_segments:True";
+  const std::string keep = before.expandable_segments ? "expandable_segments:True"
+                                                      : "expandable_segments:False";
+  for (const std::string& change : {flip, std::string("backend:cudaMallocAsync"),
+                                    std::string("max_split_size_mb:100"),
+                                    std::string("expandable_segments_chunk_pages:8"),
+                                    std::string("device_mutex_spin:False"),
+                                    "garbage_collection_threshold:0.5," + flip}) {
     try {
       set_allocator_settings(change);
       ADD_FAILURE() << "accepted " << change;
@@ -112,11 +119,11 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   EXPECT_DOUBLE_EQ(memory::config().garbage_collection_threshold,
                    before.garbage_collection_threshold);
   // The values in force are accepted (nothing changes).
-  EXPECT_NO_THROW(set_allocator_settings("expandable_segments:False,backend:native"));
+  EXPECT_NO_THROW(set_allocator_settings(keep + ",backend:native"));
   EXPECT_NO_THROW(set_allocator_settings("device_mutex_spin:True"));
   EXPECT_EQ(get_allocator_backend(), "native");
   EXPECT_EQ(snapshot_settings()["backend"], "native");
-  EXPECT_EQ(snapshot_settings()["expandable_segments"], false);
+  EXPECT_EQ(snapshot_settings()["expandable_segments"], before.expandable_segments);
   touch_allocator();
 }
 
