@@ -6,11 +6,13 @@ design data).
     python bench/memory/replay_table.py DIR_OR_TRACE... [--conf SETTINGS]... [--half design|holdout|all]
         [--replay build/bench/memory/memory_replay] [--time] [--markdown]
 
-Columns per setting: peak reserved / peak allocated, and the device memory calls of the C++
+Columns per setting: peak reserved / peak allocated; the device memory calls of the C++
 replay (cudaMalloc + cudaFree of plain segments, plus cuMemCreate + cuMemMap + cuMemSetAccess
 + cuMemUnmap + cuMemRelease of expandable ones) as a multiple of the calls of
 "expandable_segments:False" (cudakit's torch-compatible mode, which mirrors c10's default and
-so estimates torch's own count). "torch" is the ratio torch's default allocator reported
+so estimates torch's own count); and "ops", the device operations as torch counts them
+(num_device_alloc + num_device_free: one per cudaMalloc / cudaFree, or per map / unmap of a
+contiguous range), with the same multiple. "torch" is the ratio torch's default allocator reported
 while recording (header; "-" for synthetic traces).
 
 Settings (default): "" (cudakit's defaults), "expandable_segments:False",
@@ -122,7 +124,7 @@ def main(argv):
         sel = [t for t in traces if half_of(t) == h]
         if not sel:
             continue
-        cols = ["trace", "torch"] + [f"{c or '(defaults)'}: ratio / calls ×" for c in confs]
+        cols = ["trace", "torch"] + [f"{c or '(defaults)'}: ratio / calls / ops" for c in confs]
         if timed:
             cols += ["ms cudakit / torch"]
         print(f"\n{h} half ({len(sel)} traces)")
@@ -143,7 +145,9 @@ def main(argv):
                 r = rows[run_confs.index(c)]
                 ratio = r["reserved"] / max(1, r["alloc"])
                 worst[c] = max(worst[c], ratio)
-                cells.append(f"{ratio:.3f} / {r['calls']} ({r['calls'] / base:.1f}×)")
+                ops = rows[run_confs.index(TORCH_LIKE)]["dev_ops"] or 1
+                cells.append(f"{ratio:.3f} / {r['calls']} ({r['calls'] / base:.1f}×) / "
+                             f"{r['dev_ops']} ({r['dev_ops'] / ops:.1f}×)")
             if timed:
                 a, b = py_time(t, "cudakit", ""), py_time(t, "torch", "")
                 cells.append("unavailable" if a is None or b is None else f"{a:.1f} / {b:.1f} ({a / b:.2f})")
