@@ -3,10 +3,11 @@
 // made "full" with raw device allocations (Filler) rather than by a fault-injection hook, so
 // the failures are the driver's own (cuMemCreate / vm_create out of memory).
 //
-// GPU check (compute-sanitizer, #196209): CUDAKIT_BACKEND=cuda compute-sanitizer --tool
-// memcheck --error-exitcode 1 build/tests/test_memory_torch_bugs (see bench/memory/README or
-// the issue-27 report for the exact command); on the emulated backend the same test checks the
-// bytes.
+// GPU check (compute-sanitizer, #196209), on the H200:
+//   CUDAKIT_BACKEND=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \
+//     build/tests/test_memory_torch_bugs --gtest_filter='*196209*'
+// (and the whole file with CUDAKIT_BACKEND=cuda, no sanitizer); on the emulated backend the
+// same test checks the bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
