@@ -7,7 +7,7 @@ Commands:
           joins graph kernel annotations (cudakit.profiler.save_annotations) with a Chrome
           trace made by torch.profiler or another tool: args.update(annotation) on every event
           whose "graph node id" is annotated. Exit status 2 on unusable input.
-  memory replay FILE... [--conf SETTINGS]... [--backend emulated|cuda] [--device N] [--json]
+  memory replay FILE... [--conf SETTINGS]... [--backend B] [--device N] [--json]
           replays a memory snapshot pickle (taken with history) or an allocation trace through
           cudakit's caching allocator under each allocator setting (default: the defaults,
           expandable_segments:False and :True) and prints peak allocated / reserved, their
@@ -47,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     p_replay.add_argument("files", nargs="+", metavar="FILE")
     p_replay.add_argument("--conf", action="append", metavar="SETTINGS",
                           help='a CUDAKIT_ALLOC_CONF string ("" = the defaults); repeatable')
-    p_replay.add_argument("--backend", choices=("emulated", "cuda"), default="emulated",
-                          help="where the replay allocates (default emulated: no GPU needed)")
+    from ._memory_replay import BACKENDS, NO_GPU_BACKEND
+
+    p_replay.add_argument("--backend", choices=BACKENDS, default=NO_GPU_BACKEND,
+                          help=f"where the replay allocates (default {NO_GPU_BACKEND}: no GPU "
+                               "needed)")
     p_replay.add_argument("--device", type=int, default=None,
                           help="the snapshot's device to replay (default: the one with the "
                                "longest history)")

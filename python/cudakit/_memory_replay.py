@@ -29,6 +29,10 @@ import tempfile
 from array import array
 
 DEFAULT_CONFS = ("", "expandable_segments:False", "expandable_segments:True")
+# The child process's CUDAKIT_BACKEND: by default the backend that needs no GPU (footprint and
+# device calls do not depend on the backend), or the GPU's.
+NO_GPU_BACKEND = "emulated"
+BACKENDS = (NO_GPU_BACKEND, "cuda")
 
 
 class ReplayInputError(ValueError):
@@ -196,7 +200,7 @@ def _worker(events_path: str) -> None:
         "ooms": st.get("num_ooms", 0), "ms": ms}))
 
 
-def replay(events, confs, backend: str = "emulated", memory: int | None = None):
+def replay(events, confs, backend: str = NO_GPU_BACKEND, memory: int | None = None):
     """One result dict per setting (or {"error": message} where the replay failed)."""
     flat = array("q")
     for e in events:
@@ -211,7 +215,7 @@ def replay(events, confs, backend: str = "emulated", memory: int | None = None):
     try:
         for conf in confs:
             env = dict(os.environ, CUDAKIT_ALLOC_CONF=conf, CUDAKIT_BACKEND=backend)
-            if backend == "emulated":
+            if backend == NO_GPU_BACKEND:
                 env["CUDAKIT_EMULATED_MEMORY"] = str(memory)
                 env.pop("CUDA_VISIBLE_DEVICES", None)
             code = "import sys; from cudakit._memory_replay import _worker; _worker(sys.argv[1])"
@@ -250,7 +254,7 @@ def format_table(title: str, events, results) -> str:
     return "\n".join(rows)
 
 
-def main(files, confs, backend="emulated", device=None, as_json=False) -> int:
+def main(files, confs, backend=NO_GPU_BACKEND, device=None, as_json=False) -> int:
     confs = list(confs) if confs else list(DEFAULT_CONFS)
     status = 0
     report = []
