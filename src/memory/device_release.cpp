@@ -16,7 +16,11 @@ void DeviceAllocator::empty_cache() {
   quick_flush();
   wait_for_pending_events(lock);
   release_cached(lock);
-  lock.unlock();  // the device frees run here; their errors reach the caller
+  std::vector<std::unique_ptr<ExpandableSegment>> empty;  // emptied before this call
+  take_empty_segments(empty);
+  lock.unlock();  // the device frees run here (and take the segments they empty); their
+                  // errors reach the caller
+  empty.clear();
 }
 
 void DeviceAllocator::wait_for_pending_events(Locked& lock) {
@@ -90,6 +94,7 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
       if (!error) error = std::current_exception();
     }
   }
+  std::vector<std::unique_ptr<ExpandableSegment>> empty;  // released after the locks
   if (unmapped) {
     std::lock_guard m(mutex_);
     std::lock_guard f(fast_lock_);
@@ -100,7 +105,9 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
         stats_.pages_unmapped(d.destroy_small, d.bytes, 0);
       }
     }
+    take_empty_segments(empty);
   }
+  empty.clear();  // vm_release of their address ranges, without the locks
   if (error) std::rethrow_exception(error);
 }
 
@@ -110,6 +117,29 @@ void DeviceAllocator::release_pool_blocks(BlockPool& pool) {
     if (b->is_split() || b->expandable) continue;
     erase_free(pool, b);
     release_segment(b);
+  }
+}
+
+void DeviceAllocator::take_empty_segments(std::vector<std::unique_ptr<ExpandableSegment>>& out) {
+  // Both locks held. An expandable segment with nothing mapped is one free unmapped block over
+  // its whole reservation: its address range goes back (a program that makes a stream per
+  // request would otherwise keep a device-sized reservation per stream it ever used: 1000
+  // streams on a 141 GB device are more than the 128 TiB of user address space). Its stream
+  // gets a new reservation when it allocates again.
+  for (auto it = expandable_.begin(); it != expandable_.end();) {
+    ExpandableSegment& es = **it;
+    Block* u = es.first;
+    if (es.mapped_bytes() != 0 || !u || u->mapped || !u->is_free() || u->next ||
+        u->ptr != es.base || u->size != es.reserved) {
+      ++it;
+      continue;
+    }
+    BlockPool& pool = *u->pool;
+    pool.unmapped.erase(u);
+    stats_.segment_unreserved(pool.is_small);
+    recycle(u);
+    out.push_back(std::move(*it));
+    it = expandable_.erase(it);
   }
 }
 

@@ -176,7 +176,10 @@ TEST(TorchBugs, NoOomWhileAFittingFreeBlockExists_189504) {
         ADD_FAILURE() << "out of memory while the freed 64 MiB block fits: " << e.what();
       }
       if (c) {
-        EXPECT_EQ(c->ptr, p) << "the pending block, once its stream finished";
+        // Plain segments: that very block. Expandable: its pages, released by the retry and
+        // mapped again (possibly in a new reservation once the old one was empty).
+        if (!a.settings().expandable_segments)
+          EXPECT_EQ(c->ptr, p) << "the pending block, once its stream finished";
         release(a, c);
       }
     }
@@ -261,6 +264,9 @@ TEST(TorchBugs, ManyStreamsReuseMemory_Fuser5767) {
     }
     a.empty_cache();
     EXPECT_EQ(reserved_now(a), 0);
+    // Expandable segments reserve an address range per (pool, stream), as large as the
+    // device: kept for dead streams, 1000 of them exceed the address space on a 141 GB GPU.
+    EXPECT_EQ(a.stats().segment[0].current, 0) << "reservations of unused streams are kept";
   }
 }
 
