@@ -38,7 +38,8 @@
 // The default: expandable segments (issue 27). Measured on 15 design traces (real
 // transformers / timm / torchvision workloads recorded with bench/memory/record_torch_trace.py,
 // replayed on the emulated backend; docs/performance.md "Issue 27"): peak reserved / peak
-// allocated 1.002-1.044 on 14 of them (torch-compatible mode 1.017-3.2), against more device
+// allocated 1.002-1.047 on 14 of them (torch-compatible mode 1.017-3.2; holdout: 7 of 8 at
+// 1.014-1.049, measured once afterwards), against more device
 // memory calls (create + map + access per chunk, unmap + release when pages move). What was
 // rejected and why is in expandable_segment.hpp. expandable_segments:False gives the
 // torch-compatible mode (c10's default: one cudaMalloc per segment, no page moves);
