@@ -35,7 +35,8 @@
 // briefly before it sleeps, see locks.hpp). The measurements behind the defaults are in
 // expandable_segment.hpp and docs/performance.md.
 //
-// The default: expandable segments (issue 27). Measured on 15 design traces (real
+// The default: expandable segments for the large pool (blocks > 1 MiB; the small pool keeps
+// 2 MiB plain segments), since issue 27. Measured on 15 design traces (real
 // transformers / timm / torchvision workloads recorded with bench/memory/record_torch_trace.py,
 // replayed on the emulated backend; docs/performance.md "Issue 27"): peak reserved / peak
 // allocated 1.002-1.047 on 14 of them (torch-compatible mode 1.017-3.2; holdout: 7 of 8 at
