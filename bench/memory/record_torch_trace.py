@@ -17,6 +17,12 @@ wrapper's own time limit is never hit). A workload whose package (transformers, 
 torchvision) is missing is skipped with a message, never an error. ``--all`` prints one line per trace:
 ``SPLIT NAME <header>``.
 
+The issue-27 recording (one device-tool call, ~200 s; $OUT returns at most 8 files, hence
+the tar in 15 MB pieces):
+    set -o pipefail; export PYTHONUNBUFFERED=1; mkdir -p /tmp/tr; timeout 570 python3 \
+      bench/memory/record_torch_trace.py --all /tmp/tr --budget 12 --timeout 45 --total 520 \
+      2>&1 | tee $OUT/record.log; tar cf - -C /tmp/tr . | split -b 15M -d - $OUT/traces.tar.
+
 SPLIT assigns each workload to the half the allocator policy is designed on ("design") or
 the half it is only measured on ("holdout"). It was fixed before any of these traces was
 recorded, alternating by kind so that both halves hold training, inference/generation, MoE,
