@@ -152,7 +152,7 @@ TRACES=${TRACES_DIR:-traces}
     CUDAKIT_BACKEND=cuda PYTHONPATH="$BUILD/python" timeout 600 "$PY" bench/memory/replay_py.py "$TRACES"/*.trace.gz 2>&1
     echo "## Trace replay through the C++ allocator (no Python overhead)"
     [ -x "$BUILD/bench/memory/memory_replay" ] && CUDAKIT_BACKEND=cuda timeout 300 \
-      "$BUILD/bench/memory/memory_replay" "$TRACES"/*.trace.gz --conf "" --conf "expandable_segments:True" 2>&1
+      "$BUILD/bench/memory/memory_replay" "$TRACES"/*.trace.gz --conf "" --conf "expandable_segments:False" 2>&1
   fi
 } > "$OUT/bench.log" 2>&1
 say "| benchmarks | see bench.log | $(( $(date +%s) - t )) |"

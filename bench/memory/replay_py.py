@@ -5,8 +5,9 @@ and (when importable) PyTorch, in one run, on the GPU:
 
 For each allocator/config it reports peak allocated, peak reserved, their ratio
 (fragmentation; 1.0 is ideal), device allocation calls and the wall time of the replay.
-Configs: cudakit default / expandable (each in a fresh subprocess, since allocator settings
-are read at start-up), torch default / expandable_segments:True.
+Configs: cudakit default (expandable segments) / expandable_segments:False (torch-compatible;
+each in a fresh subprocess, since allocator settings are read at start-up), torch default /
+expandable_segments:True.
 
 The C++ tool build/bench/memory/memory_replay measures cudakit without Python overhead.
 """
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 
-CONFIGS = [("cudakit", ""), ("cudakit", "expandable_segments:True"),
+CONFIGS = [("cudakit", ""), ("cudakit", "expandable_segments:False"),
            ("torch", ""), ("torch", "expandable_segments:True")]
 
 

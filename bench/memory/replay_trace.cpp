@@ -3,7 +3,8 @@
 //   config | peak allocated | peak reserved | ratio (fragmentation) | device allocs | time.
 //
 // usage: memory_replay TRACE.gz [TRACE.gz ...] [--conf "expandable_segments:True"]...
-//        default configurations: "" (default) and "expandable_segments:True".
+//        default configurations: "" (the defaults: expandable segments) and
+//        "expandable_segments:False" (the torch-compatible mode, mirroring c10's default).
 // Runs on both backends (CUDAKIT_BACKEND=emulated needs CUDAKIT_EMULATED_MEMORY >= the
 // trace's peak; the default 8 GiB is enough for the shipped trace).
 // REPLAY_CALLS=1 adds a line per run with the device calls by kind.
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s TRACE.gz... [--conf CONF]...\n", argv[0]);
     return 2;
   }
-  if (confs.empty()) confs = {"", "expandable_segments:True"};
+  if (confs.empty()) confs = {"", "expandable_segments:False"};
   detail::Backend& be = detail::backend();
   std::printf("backend: %s\n", be.name());
   // dev_ops: num_device_alloc + num_device_free (torch's counting: one per cudaMalloc /
@@ -157,17 +158,21 @@ int main(int argc, char** argv) {
       // torch's): cudaMalloc / cudaFree of plain segments (dev_ops of a non-expandable run),
       // and each kind of driver call behind expandable segments.
       if (std::getenv("REPLAY_CALLS")) {
-        const bool es = conf.find("expandable_segments:True") != std::string::npos;
-        const long long ops = static_cast<long long>(s.num_device_alloc + s.num_device_free);
+        const bool es = a.settings().expandable_segments;  // the default is expandable too
+        // Plain segments: all of them without expandable segments; with them, the small
+        // pool's (it keeps 2 MiB segments, device_allocator.cpp grow()).
+        const long long ops =
+            es ? static_cast<long long>(s.segment[1].allocated + s.segment[1].freed)
+               : static_cast<long long>(s.num_device_alloc + s.num_device_free);
         std::printf("    calls: malloc+free %lld | create %llu map %llu (reused %llu) access %llu "
                     "unmap %llu destroy %llu | total %llu\n",
-                    es ? 0LL : ops, static_cast<unsigned long long>(vc.create.load()),
+                    ops, static_cast<unsigned long long>(vc.create.load()),
                     static_cast<unsigned long long>(vc.map.load()),
                     static_cast<unsigned long long>(vc.reused.load()),
                     static_cast<unsigned long long>(vc.access.load()),
                     static_cast<unsigned long long>(vc.unmap.load()),
                     static_cast<unsigned long long>(vc.destroy.load()),
-                    (es ? 0ULL : static_cast<unsigned long long>(ops)) + vm);
+                    static_cast<unsigned long long>(ops) + vm);
       }
       if (std::getenv("REPLAY_POOLS"))
         std::printf("    small: alloc peak %lld reserved peak %lld | large: alloc peak %lld reserved peak %lld\n",

@@ -12,6 +12,12 @@ Commands:
           rank) on one timeline: one group of process tracks per rank, clocks aligned from
           each trace's baseTimeNanoseconds (exact on one host; across hosts within the hosts'
           clock offset). Exit status 2 on unusable input.
+  memory replay FILE... [--conf SETTINGS]... [--backend B] [--device N] [--json]
+          replays a memory snapshot pickle (taken with history) or an allocation trace through
+          cudakit's caching allocator under each allocator setting (default: the defaults,
+          expandable_segments:False and :True) and prints peak allocated / reserved, their
+          ratio and the device calls: "will it fit with these settings". Emulated backend by
+          default (no GPU needed). Exit status 2 on unusable input, 1 if a replay failed.
 """
 from __future__ import annotations
 
@@ -44,7 +50,33 @@ def main(argv: list[str] | None = None) -> int:
     p_ranks.add_argument("-o", "--output", required=True, metavar="ALL.json",
                          help="merged trace (.json, or .json.gz to compress)")
     p_ranks.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p_memory = sub.add_parser("memory", help="memory tools (replay)")
+    memory_sub = p_memory.add_subparsers(dest="memory_command", metavar="MEMORY_COMMAND")
+    p_replay = memory_sub.add_parser(
+        "replay", help="replay a snapshot or trace under allocator settings",
+        description="Replays FILE (a snapshot pickle with history, or a .trace.gz allocation "
+                    "trace) through cudakit's caching allocator, once per --conf, and prints "
+                    "peak allocated, peak reserved, their ratio and the device calls.")
+    p_replay.add_argument("files", nargs="+", metavar="FILE")
+    p_replay.add_argument("--conf", action="append", metavar="SETTINGS",
+                          help='a CUDAKIT_ALLOC_CONF string ("" = the defaults); repeatable')
+    from ._memory_replay import BACKENDS, NO_GPU_BACKEND
+
+    p_replay.add_argument("--backend", choices=BACKENDS, default=NO_GPU_BACKEND,
+                          help=f"where the replay allocates (default {NO_GPU_BACKEND}: no GPU "
+                               "needed)")
+    p_replay.add_argument("--device", type=int, default=None,
+                          help="the snapshot's device to replay (default: the one with the "
+                               "longest history)")
+    p_replay.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
+    if args.command == "memory":
+        if args.memory_command == "replay":
+            from . import _memory_replay
+
+            return _memory_replay.main(args.files, args.conf, args.backend, args.device, args.json)
+        p_memory.print_help(sys.stderr)
+        return 2
     if args.command == "trace":
         if args.trace_command == "merge":
             from . import _trace_merge

@@ -3,6 +3,7 @@
 // silently ignored would be a fragmentation bug that nobody can find).
 #include "memory/config.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -233,6 +234,11 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
     }
     c.keys.push_back(key);
   }
+  // Expandable segments are the default (config.hpp); backend:cudaMallocAsync given alone
+  // turns them off (the driver's pool has its own address space), given together they clash.
+  const bool expandable_given =
+      std::find(c.keys.begin(), c.keys.end(), "expandable_segments") != c.keys.end();
+  if (c.backend == Backend::driver_async && !expandable_given) c.expandable_segments = false;
   if (c.expandable_segments && c.backend == Backend::driver_async)
     throw ValueError(var + ": expandable_segments:True needs backend:native (the driver's "
                      "stream-ordered pool manages its own address space)");

@@ -35,6 +35,18 @@
 // briefly before it sleeps, see locks.hpp). The measurements behind the defaults are in
 // expandable_segment.hpp and docs/performance.md.
 //
+// The default: expandable segments for the large pool (blocks > 1 MiB; the small pool keeps
+// 2 MiB plain segments), since issue 27. Measured on 15 design traces (real
+// transformers / timm / torchvision workloads recorded with bench/memory/record_torch_trace.py,
+// replayed on the emulated backend; docs/performance.md "Issue 27"): peak reserved / peak
+// allocated 1.002-1.047 on 14 of them (torch-compatible mode 1.017-3.2; holdout: 7 of 8 at
+// 1.014-1.049, measured once afterwards), against more device
+// memory calls (create + map + access per chunk, unmap + release when pages move). What was
+// rejected and why is in expandable_segment.hpp. expandable_segments:False gives the
+// torch-compatible mode (c10's default: one cudaMalloc per segment, no page moves);
+// backend:cudaMallocAsync alone turns expandable segments off (the driver's pool has its own
+// address space). Private pools (graph capture, MemPool) keep plain segments either way.
+//
 // Thread-safety: parse() is pure; config(), the registry's apply and the warning handler are
 // serialised by mutexes.
 #pragma once
@@ -65,7 +77,7 @@ struct AllocatorConfig {
   // roundup_power2_divisions: index = log2(size in MiB) bucket (1MiB..>=32GiB, 64 buckets
   // like torch's), value = number of divisions (0 = plain rounding).
   std::array<unsigned, 64> roundup_power2_divisions{};
-  bool expandable_segments = false;
+  bool expandable_segments = true;  // the default since issue 27 (see the comment above)
   bool release_lock_on_device_malloc = false;  // inert
   double per_process_memory_fraction = 1.0;
   bool quick_cache = true;

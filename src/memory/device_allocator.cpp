@@ -307,9 +307,12 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   std::optional<detail::ThreadCaptureModeGuard> relaxed;
   if (relax) relaxed.emplace(backend_, detail::CaptureMode::relaxed);
   Block* b = nullptr;
+  // Expandable segments serve the large pool only: small blocks (<= 1 MiB) keep torch's 2 MiB
+  // segments, one cudaMalloc each instead of create + map + access, and a base address for
+  // torch's legacy IPC and the plug-in's base_alloc (issue 27, expandable_segment.hpp).
   if (pool.owner && pool.owner->sleep) {
     b = alloc_sleep_segment(pool, size, stream);
-  } else if (cfg_.expandable_segments && caching && !pool.owner) {
+  } else if (cfg_.expandable_segments && caching && !pool.owner && !pool.is_small) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
     b = alloc_segment(pool, caching ? allocation_size(size)

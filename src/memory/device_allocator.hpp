@@ -55,6 +55,7 @@
 #include "memory/config.hpp"
 #include "memory/expandable_segment.hpp"
 #include "memory/locks.hpp"
+#include "memory/oom_message.hpp"
 #include "memory/quick_cache.hpp"
 #include "memory/sleep_pool.hpp"
 #include "memory/stats.hpp"
@@ -274,8 +275,13 @@ class DeviceAllocator {
   void release_segment(Block* head);  // queues the device free (Deferred)
   void garbage_collect();
   void run_deferred(std::vector<Deferred>& work);
+  // Moves expandable segments with nothing mapped out of expandable_ (locks held; destroying
+  // them releases their address ranges: do it after unlocking).
+  void take_empty_segments(std::vector<std::unique_ptr<ExpandableSegment>>& out);
   [[noreturn]] void raise_oom(std::size_t size, std::size_t alloc_size,
                               detail::StreamHandle stream);
+  // What the out-of-memory diagnosis needs (oom_message.cpp); locks held.
+  OomFacts oom_facts(std::size_t size, std::size_t alloc_size, detail::StreamHandle stream);
 
   // ---- tagged pools (sleep_pool.cpp) ----
   Block* alloc_sleep_segment(BlockPool& pool, std::size_t size, detail::StreamHandle stream);

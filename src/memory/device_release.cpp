@@ -18,14 +18,18 @@ void DeviceAllocator::empty_cache() {
   // must not be waited for (an event recorded in a capture cannot be; waiting stalls the
   // capture) and the device must not be freed to (cuMemFree is not permitted during a
   // global-mode capture): only pools nobody owns any more give their memory back, as torch.
+  std::vector<std::unique_ptr<ExpandableSegment>> empty;  // emptied before this call
   if (capture_underway()) {
     release_unowned_pools();
   } else {
     flush_capture_deferred(lock);
     wait_for_pending_events(lock);
     release_cached(lock);
+    take_empty_segments(empty);
   }
-  lock.unlock();  // the device frees run here; their errors reach the caller
+  lock.unlock();  // the device frees run here (and take the segments they empty); their
+                  // errors reach the caller
+  empty.clear();
 }
 
 void DeviceAllocator::wait_for_pending_events(Locked& lock) {
@@ -113,6 +117,7 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
       if (!error) error = std::current_exception();
     }
   }
+  std::vector<std::unique_ptr<ExpandableSegment>> empty;  // released after the locks
   if (unmapped) {
     std::lock_guard m(mutex_);
     std::lock_guard f(fast_lock_);
@@ -126,7 +131,9 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
         stats_.pages_unmapped(d.destroy_small, d.bytes, 0);
       }
     }
+    take_empty_segments(empty);
   }
+  empty.clear();  // vm_release of their address ranges, without the locks
   if (error) std::rethrow_exception(error);
 }
 
@@ -139,6 +146,29 @@ void DeviceAllocator::release_pool_blocks(BlockPool& pool) {
     if (b->is_split() || b->expandable) continue;
     erase_free(pool, b);
     release_segment(b);
+  }
+}
+
+void DeviceAllocator::take_empty_segments(std::vector<std::unique_ptr<ExpandableSegment>>& out) {
+  // Both locks held. An expandable segment with nothing mapped is one free unmapped block over
+  // its whole reservation: its address range goes back (a program that makes a stream per
+  // request would otherwise keep a device-sized reservation per stream it ever used: 1000
+  // streams on a 141 GB device are more than the 128 TiB of user address space). Its stream
+  // gets a new reservation when it allocates again.
+  for (auto it = expandable_.begin(); it != expandable_.end();) {
+    ExpandableSegment& es = **it;
+    Block* u = es.first;
+    if (es.mapped_bytes() != 0 || !u || u->mapped || !u->is_free() || u->next ||
+        u->ptr != es.base || u->size != es.reserved) {
+      ++it;
+      continue;
+    }
+    BlockPool& pool = *u->pool;
+    pool.unmapped.erase(u);
+    stats_.segment_unreserved(pool.is_small);
+    recycle(u);
+    out.push_back(std::move(*it));
+    it = expandable_.erase(it);
   }
 }
 
@@ -291,13 +321,7 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
     msg += "The per-process memory fraction limits this process to " + fmt_bytes(limit_) +
            " (set_per_process_memory_fraction). ";
   }
-  if (!cfg_.expandable_segments && cached > alloc_size / 4 && cached > 20 * kMiB) {
-    msg += "Reserved-but-unallocated memory is large: set CUDAKIT_ALLOC_CONF="
-           "expandable_segments:True to avoid fragmentation. ";
-  } else {
-    msg += "Free tensors you no longer need, reduce the batch size, or call empty_cache() in "
-           "other processes sharing the device. ";
-  }
+  msg += oom_diagnosis(oom_facts(size, alloc_size, stream));
   // torch records the device's free bytes as an oom event's address (snapshot: device_free)
   if (allocator_events_wanted()) note_event("oom", mi.free, size, stream, nullptr);
   throw OutOfMemoryError(msg, device_, size, mi.free, mi.total);

@@ -491,7 +491,14 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   const std::size_t max_new = limit_room();
   std::size_t spare_total = 0;
   for (const ExpandableSegment::Spare& sp : spares) spare_total += sp.bytes;
-  const std::size_t fresh = bytes > spare_total ? bytes - spare_total : 0;
+  // Pages mapped ahead never push a request past the limit (PerProcessFractionCapsReserved:
+  // 40 MiB under a 64 MiB cap failed when 80 MiB were to be mapped ahead).
+  const std::size_t needed = std::min(b->size, (size + unit - 1) / unit * unit);
+  std::size_t fresh = bytes > spare_total ? bytes - spare_total : 0;
+  if (fresh > max_new && bytes > needed) {
+    bytes -= std::min(bytes - needed, (fresh - max_new + unit - 1) / unit * unit);
+    fresh = bytes > spare_total ? bytes - spare_total : 0;
+  }
   if (fresh > max_new) return false;
   if (max_chunk > unit && fresh + max_chunk > max_new) max_chunk = unit;
   std::size_t from_spares = 0;
@@ -509,6 +516,12 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   // round less).
   if (end == 0 && max_chunk > unit)
     end = es.map(b->ptr, bytes, lim, unit, max_new, spares, vm_calls_, &from_spares);
+  // Still out of memory with pages mapped ahead: the request alone may fit (a nearly full
+  // device raised out-of-memory for 16 MiB with 40 MiB free: test PartialMapFailureRollsBack).
+  if (end == 0 && bytes > needed) {
+    bytes = needed;
+    end = es.map(b->ptr, bytes, b->ptr + bytes, unit, max_new, spares, vm_calls_, &from_spares);
+  }
   if (end == 0) return false;
   bytes = end - b->ptr;
   if (bytes < b->size) {

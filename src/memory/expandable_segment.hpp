@@ -29,6 +29,29 @@
 // made varlen_infer (650 MiB peak) 1.06; 20 MiB (torch's large page) 1.08: hence small pools
 // keep 8 MiB.
 //
+// The default mode since issue 27 (config.hpp). Measured before the switch on 15 design
+// traces (docs/performance.md "Issue 27"; the holdout half was only measured afterwards), and
+// rejected:
+//  * Chunks sized to the request (a 64 MiB request maps one 64 MiB chunk, up to 128/512 MiB):
+//    device calls -10..-30 % but varlen_infer 1.044 -> 1.087, gpt2_ckpt_train 1.038 -> 1.054,
+//    and one live block would pin a whole big chunk (ExpandableSegmentsBigChunksPinBoundedMemory).
+//  * No page moves (expandable_segments_slack_div:1, torch's expandable behaviour): calls
+//    2-5x torch's default instead of 4-64x, but varlen_infer 1.39, server_bert_threads 2.01,
+//    llama_generate 1.14, unet_train 1.13.
+//  * A looser budget (slack_div 20): calls -10..-40 %, ratios up to 1.068.
+//  * 2 MiB chunks everywhere: server_bert_threads (4 streams) 1.17 -> 1.08 at 5x the calls.
+// Known limits of the default: several streams each keep a partly used chunk and their own
+// free memory (server_bert_threads, 4 streams: 1.20-1.25; pages move between idle streams,
+// blocks do not); device calls are 4-64x the torch-compatible mode's cudaMalloc count (3
+// calls per chunk mapped, 2 more when pages move), 0.6-2x in torch's own counting (one per
+// mapping of a contiguous range) on 20 of 23 traces. The small pool keeps plain segments.
+//
+// A segment with nothing mapped gives its address range back (DeviceAllocator::
+// take_empty_segments, after empty_cache and after page moves): the reservation is per
+// (pool, stream) and device-sized, so keeping those of streams no longer used would exhaust
+// the address space of a program that makes a stream per request (test
+// TorchBugs.ManyStreamsReuseMemory_Fuser5767).
+//
 // Unmapping is split in two so the driver calls run outside the allocator's locks (they may
 // wait for the device, see locks.hpp): detach() updates the page table under the locks and
 // returns the chunks; unmap() runs afterwards, without the locks. The pages stay covered by

@@ -93,6 +93,7 @@ class DeviceStats {
   // Expandable segments: the reservation counts as a segment, mapped pages as reserved
   // memory, each physical chunk as one device allocation / free.
   void segment_reserved(bool small) noexcept { add(s_.segment, small, 1); }
+  void segment_unreserved(bool small) noexcept { add(s_.segment, small, -1); }
   void pages_mapped(bool small, std::size_t bytes, std::size_t chunks) noexcept {
     s_.num_device_alloc += static_cast<std::int64_t>(chunks);
     add(s_.reserved_bytes, small, to_i(bytes));

@@ -55,7 +55,7 @@ TEST(MemoryAllocator, AllocationContractRoundTrip) {
 }
 
 TEST(MemoryAllocator, RoundingSplittingAndStats) {
-  DeviceAllocator a = make();
+  DeviceAllocator a = make("expandable_segments:False");  // plain segments' sizes;
   auto* b1 = a.malloc(1, nullptr);
   EXPECT_EQ(b1->size, 512u);
   EXPECT_EQ(b1->requested, 1u);
@@ -90,7 +90,10 @@ TEST(MemoryAllocator, RoundingSplittingAndStats) {
 }
 
 TEST(MemoryAllocator, StreamOrderedReuse) {
-  DeviceAllocator a = make();
+  // Plain segments: a block's cache belongs to its stream. (Expandable segments, the default,
+  // move the pages of an idle stream's free blocks to where they are needed instead: the
+  // stream-ordering guarantee there is the idle check, ExpandableSegmentsMovePagesOfIdleStreams.)
+  DeviceAllocator a = make("expandable_segments:False");
   Stream s1(0), s2(0);
   auto* b = a.malloc(4 * kMiB, s1.handle());
   const auto p = b->ptr;
@@ -101,6 +104,33 @@ TEST(MemoryAllocator, StreamOrderedReuse) {
   EXPECT_EQ(d->ptr, p);
   a.free(reinterpret_cast<void*>(c->ptr));
   a.free(reinterpret_cast<void*>(d->ptr));
+}
+
+// Expandable segments (the default) move free pages between streams, but only from a stream
+// that is idle: a block freed on a busy stream may still be read by work queued before the
+// free, so its pages stay where they are and the other stream gets new ones.
+TEST(MemoryAllocator, ExpandableSegmentsMovePagesOfIdleStreams) {
+  DeviceAllocator a = make("expandable_segments:True");
+  Stream s1(0), s2(0);
+  std::atomic<bool> release{false};
+  auto* b = a.malloc(64 * kMiB, s1.handle());
+  const auto lo = b->ptr, hi = b->ptr + b->size;
+  s1.launch_host_func([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  a.free(reinterpret_cast<void*>(lo));  // s1's queued work may still use it
+  auto* c = a.malloc(64 * kMiB, s2.handle());  // over the budget: pages would move
+  EXPECT_TRUE(c->ptr + c->size <= lo || c->ptr >= hi);
+  EXPECT_GE(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(128 * kMiB))
+      << "s1's pages were moved while s1 was busy";
+  release = true;
+  s1.sync();
+  a.free(reinterpret_cast<void*>(c->ptr));
+  auto* d = a.malloc(128 * kMiB, s2.handle());  // s1 idle now: its pages may move
+  EXPECT_LE(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(136 * kMiB));
+  a.free(reinterpret_cast<void*>(d->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
 TEST(MemoryAllocator, RecordStreamDefersReuse) {
@@ -331,7 +361,8 @@ TEST(MemoryAllocator, ExpandableSegmentsUnusableSparesKeepTheFractionLimit) {
 }
 
 TEST(MemoryAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {
-  DeviceAllocator a = make("max_split_size_mb:64");
+  // max_split_size_mb applies to plain segments (torch's expandable segments ignore it too).
+  DeviceAllocator a = make("max_split_size_mb:64,expandable_segments:False");
   auto* big = a.malloc(100 * kMiB, nullptr);
   const auto p = big->ptr;
   a.free(reinterpret_cast<void*>(p));

@@ -39,6 +39,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("backend-name", "python/cudakit/_device.py"):
         "torch.cuda.cudart() loads libcudart through ctypes and needs the cuda backend; it moves "
         "behind the seam with the binding rework (issue 8 item 3)",
+    ("backend-name", "python/cudakit/_memory_replay.py"):
+        "`python -m cudakit memory replay` picks the backend of the child process it starts "
+        "(CUDAKIT_BACKEND, as a user would on the command line): the replay needs no GPU; "
+        "nothing in this process branches on the backend",
     ("library-loading", "python/cudakit/_device.py"):
         "same: cudart() is torch's ctypes handle to the CUDA runtime",
     ("cuda-headers", "src/nvtx/nvtx_c.hpp"):

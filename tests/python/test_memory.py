@@ -246,7 +246,7 @@ def test_mempool_snapshot_leaves_out_expandable_segments():
     # segments too (they were not filtered by pool).
     code = """
 import cudakit.memory as mem
-p = mem.caching_allocator_alloc(1000)
+p = mem.caching_allocator_alloc(4 << 20)  # large pool: small blocks keep plain segments
 pool = mem.MemPool()
 with mem.use_mem_pool(pool):
     q = mem.caching_allocator_alloc(1 << 20)

@@ -293,8 +293,9 @@ def test_allocator_settings_reach_cudakit(interop, torch):
 def _expandable() -> bool:
     import os
 
-    conf = os.environ.get("CUDAKIT_ALLOC_CONF", "") + os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    return "expandable_segments:True" in conf
+    # Expandable segments are cudakit's default (issue 27) unless the settings say otherwise.
+    conf = os.environ.get("CUDAKIT_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    return "expandable_segments:False" not in conf and "backend:cudaMallocAsync" not in conf
 
 
 # ---- per-framework breakdown ----
