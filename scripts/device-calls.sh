@@ -34,5 +34,30 @@ case "${1:-}" in
     CUDAKIT_BACKEND=cuda timeout 100 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
     grep median "$OUT/alloc_vs_torch.log" ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory" >&2; exit 2 ;;
+  suite)  # ~560 s cold: build + the whole cuda suite + the examples (sync-debug pass: interop)
+    STEPS="build cuda examples" SYNC_DEBUG_PASS=0 HANG_SECONDS=300 bash scripts/gpu-check.sh "$OUT" ;;
+  interop)  # ~560 s warm, after `suite`: PyTorch's test_cuda.py natively and on cudakit (both
+    # runs at once) beside the sync-debug pytest pass; then, on a quiet GPU, the benchmarks
+    # of issues 24/26/28/29 (host cost of scalar ops, torch.compile, tracer, sleep/wake).
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda
+    TS=.device-carry/torch-suite
+    ( MODES=native NPROC=4 RUN_BUDGET=270 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+    ( MODES=plugin NPROC=4 RUN_BUDGET=270 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+    ( CUDAKIT_TEST_SYNC_DEBUG=error timeout 300 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/python > "$OUT/syncdebug.log" 2>&1 ) &
+    wait
+    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    tar czf "$OUT/torch_suite.tgz" -C /tmp tsn tsp 2>/dev/null
+    tail -3 "$OUT/syncdebug.log"; head -40 "$OUT/torch_suite.txt"
+    {
+      echo "## bench_tensor --host-only"; timeout 60 python3 bench/tensor/bench_tensor.py --host-only
+      echo "## bench_profiler"; timeout 120 python3 bench/profiler/bench_profiler.py
+      echo "## bench_sleep"; timeout 120 python3 bench/memory/bench_sleep.py --handoff
+      echo "## compile_check (small)"
+      timeout 100 python3 bench/torch/compile_check.py --part small --allocator native --out /tmp/cc-n.pt &&
+      timeout 100 python3 bench/torch/compile_check.py --part small --allocator cudakit --out /tmp/cc-c.pt &&
+      python3 bench/torch/compile_check.py --compare /tmp/cc-n.pt /tmp/cc-c.pt
+    } > "$OUT/bench.log" 2>&1
+    grep -E "^\||GB/s|ms|x " "$OUT/bench.log" | head -60 ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop" >&2; exit 2 ;;
 esac
