@@ -215,8 +215,21 @@ void DeviceAllocator::release_unowned_pools() {
   // so releasing it would let the device hand it to someone else while the graph writes it
   // (torch's graph_pools_freeable rule). An unowned pool is dropped once it is empty: no
   // block of it is allocated, awaiting events, or cached.
+  // A tagged pool (use_sleep_pool) is owned for good by its registry, yet its free segments go
+  // back while it is awake: they hold the user's weights / KV cache, not a graph's
+  // intermediates (a capture inside use_sleep_pool allocates from the graph's own pool, the
+  // innermost scope), and this runs only when no capture is underway (empty_cache, the OOM
+  // path). release_pool_blocks skips it while it sleeps. Known gap: use_sleep_pool entered
+  // *inside* a capture routes that capture's intermediates here, and a later empty_cache may
+  // release them while the graph still replays into them.
   for (auto it = pools_.begin(); it != pools_.end();) {
     PrivatePool& p = *it->second;
+    if (p.sleep) {
+      release_pool_blocks(p.small);
+      release_pool_blocks(p.large);
+      ++it;
+      continue;
+    }
     if (p.use_count > 0) {
       ++it;
       continue;
