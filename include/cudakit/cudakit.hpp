@@ -27,6 +27,7 @@
 #include "cudakit/libraries.hpp"
 #include "cudakit/memory.hpp"
 #include "cudakit/nccl.hpp"
+#include "cudakit/nccl_types.hpp"
 #include "cudakit/nvtx.hpp"
 #include "cudakit/ops.hpp"
 #include "cudakit/plugin.hpp"
