@@ -13,6 +13,7 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
+#include "graphs/live_captures.hpp"
 #include "sanitizer/hooks.hpp"
 
 namespace cudakit {
@@ -271,6 +272,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   s.rng = rng;
   s.rng_blocks = 0;
   s.capturing = true;
+  graphs_detail::note_capture_begun();
   s.capture_ended = false;
   s.cycle_captured = true;
   if (enable_annotations && tools_ids) {
@@ -290,6 +292,7 @@ void CUDAGraph::abort_capture() noexcept {
   Impl& s = *impl_;
   if (!s.capturing) return;
   s.capturing = false;
+  graphs_detail::note_capture_ended();
   s.end_routing();
   if (!detail::is_shutting_down()) {
     try {
@@ -342,6 +345,7 @@ void CUDAGraph::capture_end_pre() {
     throw;
   }
   s.capturing = false;
+  graphs_detail::note_capture_ended();
   s.graph = g;
   s.capture_ended = true;
   s.captured_empty = empty;
@@ -629,3 +633,12 @@ std::uint64_t CUDAGraph::capture_id() const noexcept { return impl_->capture_id;
 std::optional<std::uint32_t> CUDAGraph::exec_graph_id() const { return impl_->query_exec_id(); }
 
 }  // namespace cudakit
+
+namespace cudakit::graphs_detail {
+namespace {
+std::atomic<int> g_live_captures{0};
+}  // namespace
+int live_captures() noexcept { return g_live_captures.load(std::memory_order_acquire); }
+void note_capture_begun() noexcept { g_live_captures.fetch_add(1, std::memory_order_acq_rel); }
+void note_capture_ended() noexcept { g_live_captures.fetch_sub(1, std::memory_order_acq_rel); }
+}  // namespace cudakit::graphs_detail

@@ -20,6 +20,7 @@
 #include "cudakit/graph_annotations.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/profiler.hpp"
+#include "graphs/live_captures.hpp"
 #include "memory/history.hpp"
 #include "nvtx/trace_hook.hpp"
 #include "profiler/chrome_trace.hpp"
@@ -278,7 +279,13 @@ void Trace::stop() {
   auto& be = cudakit::detail::backend();
   if (s.options.synchronize && !exiting && is_initialized()) {
     try {
-      if (!is_current_stream_capturing()) be.activity_synchronize();
+      if (graphs_detail::live_captures() == 0) {
+        be.activity_synchronize();
+      } else {  // graphs/live_captures.hpp: a device synchronize would invalidate them
+        s.warnings.push_back("stop(): CUDA graph captures were in progress on other threads, so "
+                             "the devices were not synchronized (it would invalidate those "
+                             "captures): work still running is missing from the trace");
+      }
     } catch (const std::exception& e) {
       s.warnings.push_back(std::string("stop(): synchronizing the devices failed (work still "
                                        "running is missing from the trace): ") + e.what());

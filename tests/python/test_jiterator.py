@@ -288,7 +288,10 @@ _FAULT_CHILD = textwrap.dedent("""
     kind = sys.argv[1]
     code = {
         "null": "template <typename T> T bad(T x) { volatile T* p = nullptr; return *p + x; }",
-        "trap": "template <typename T> T bad(T x) { if (x > T(0)) __builtin_trap(); return x; }",
+        # __trap() is the device's trap instruction (NVRTC knows no __builtin_trap)
+        "trap": ("template <typename T> T bad(T x) { if (x > T(0)) __trap(); return x; }"
+                 if ck.backend_capabilities().runs_kernels else
+                 "template <typename T> T bad(T x) { if (x > T(0)) __builtin_trap(); return x; }"),
     }[kind if not kind.startswith("outside") else "null"]
     x = ck.ones(8, device="cuda")
     if kind == "outside-faulthandler":  # a handler installed before cudakit's is chained to

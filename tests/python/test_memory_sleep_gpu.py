@@ -86,16 +86,17 @@ def test_torch_tensors_handed_to_another_process():
     _run("""
         import json
         m.use_with_torch()
-        child = '''
-import json, sys, torch, cudakit.memory as m
-m.use_with_torch()
-with m.use_sleep_pool("w"):
-    ts = [torch.full((1000 * (i + 1),), float(i), device="cuda", dtype=torch.half) for i in range(300)]
-torch.cuda.synchronize()
-v = m.pool_view("w")
-print(json.dumps({"h": m.export_pool("w").hex(), "t": [[v.offset_of(t), t.numel()] for t in ts]}), flush=True)
-sys.stdin.readline()
-'''
+        import textwrap
+        child = textwrap.dedent('''
+        import json, sys, torch, cudakit.memory as m
+        m.use_with_torch()
+        with m.use_sleep_pool("w"):
+            ts = [torch.full((1000 * (i + 1),), float(i), device="cuda", dtype=torch.half) for i in range(300)]
+        torch.cuda.synchronize()
+        v = m.pool_view("w")
+        print(json.dumps({"h": m.export_pool("w").hex(), "t": [[v.offset_of(t), t.numel()] for t in ts]}), flush=True)
+        sys.stdin.readline()
+        ''')
         import subprocess, sys, time
         p = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)

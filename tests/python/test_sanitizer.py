@@ -126,12 +126,17 @@ def test_warn_mode_warns_and_runs(ck, san):
     san.enable("warn")
     assert san.on_race() == "warn"
     x = ck.ones(8, device="cuda")
+    ck.synchronize()
+    y = x + 0  # a read of x on the current stream, still unordered with stream s
     s = ck.Stream()
     with pytest.warns(san.SanitizerWarning, match="CSAN detected a possible data race"):
         with ck.stream(s):
-            x.mul_(3)
+            x.mul_(3)  # writes what y's kernel reads: the race; x itself was ready
     ck.synchronize()
-    assert x.sum().item() == 24  # the racy op ran
+    # The racy op ran. (The check used to race too: x's fill ran on the current stream and
+    # mul_ on s; a scalar operand hid that while it synchronized the stream, issue 24.)
+    assert x.sum().item() == 24
+    del y
 
 
 def test_copy_without_the_gil_still_names_python_frames(ck, san):

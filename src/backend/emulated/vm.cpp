@@ -72,10 +72,9 @@ void EmulatedBackend::vm_release(std::uintptr_t va, std::size_t bytes) {
 }
 
 PhysMemHandle EmulatedBackend::vm_create(int device, std::size_t bytes) {
-  // Like mem_alloc (cudaMalloc), a physical allocation is not capturable: the capture-mode
-  // rules apply (expandable segments, the caching allocator's default since issue 27, reach
-  // the device through here instead of mem_alloc).
-  check_unsafe_call("vm_create");
+  // Unlike mem_alloc (cudaMalloc), CUDA permits cuMemCreate while another thread captures in
+  // global mode (seen on the H200, driver 580: no error, the capture survives), so the
+  // capture-mode rules do not apply here.
   Device& d = dev(device);
   if (bytes == 0 || bytes % kGranularity != 0) {
     vm_error("vm_create: size must be a non-zero multiple of the 2 MiB granularity");
