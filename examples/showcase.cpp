@@ -54,7 +54,10 @@ int main(int argc, char** argv) {
   fs::create_directories(out);
   record_memory_history();
   Tensor x = randn({256, 256}, device_options());
-  Tensor y;
+  // Warm-up before capturing: the first GEMM creates this thread's cuBLAS handle, which
+  // cannot happen inside a capture.
+  Tensor y = relu(matmul(x, x)) + 1.0;
+  synchronize();
   CUDAGraph graph;
   CaptureOptions opts;
   opts.enable_annotations = true;

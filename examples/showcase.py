@@ -50,6 +50,11 @@ def step(inp):
         return h @ w2 + inp
 
 
+# Warm up before capturing, as torch.cuda.graphs asks: the first GEMM creates this thread's
+# cuBLAS handle, which cannot happen inside a capture.
+step(x)
+cudakit.synchronize()
+
 # Capture once (keep_graph: the template stays for get_graph_data and update).
 g = cudakit.CUDAGraph(keep_graph=True)
 with cudakit.graph(g, enable_annotations=True):
