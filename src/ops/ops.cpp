@@ -36,6 +36,21 @@ enum class Family { arith, compare, pow };
 void launch_scalar(const Tensor& ca, const ScalarValue& v, Family fam, int op, const char* name, bool reverse,
                    DType rt, const Tensor& out, bool out_is_self);
 
+// The op's own rules on the promoted dtype `rt` of its two operands (tensors or a tensor and a
+// number): pairs it refuses, and true division's float result. Promotion gives bool only when
+// both operands are bool.
+DType apply_op_rules(Family fam, int op, const char* name, DType rt) {
+  if (fam == Family::arith && op == kSub && rt == DType::bool_)
+    throw ValueError("sub: subtraction with two bool operands is not supported; use logical ops or cast to an integer dtype");
+  if (fam == Family::arith && op == kDiv && is_integral(rt, true)) return DType::float32;  // true division
+  if (fam == Family::compare && is_complex(rt) && op != kEq && op != kNe)
+    throw ValueError(std::string(name) + " is not supported for complex tensors (" + dtype_name(rt) +
+                     "): complex numbers have no order; compare .real/.abs() values instead");
+  if (fam == Family::pow && rt == DType::bool_)
+    throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
+  return rt;
+}
+
 Tensor binary(const Tensor& a, const Tensor& b, Family fam, int op, const char* name, DType rt,
               Tensor* out_opt = nullptr) {
   if (!a.defined() || !b.defined()) throw ValueError(std::string(name) + ": undefined tensor operand");
@@ -44,14 +59,7 @@ Tensor binary(const Tensor& a, const Tensor& b, Family fam, int op, const char* 
   const bool b_host = b.dim() == 0 && b.device().is_cpu() && a.is_cuda();
   const bool a_host = !b_host && !out_opt && a.dim() == 0 && a.device().is_cpu() && b.is_cuda();
   if (!a_host && !b_host) check_same_device(a, b, name);
-  if (fam == Family::arith && op == kSub && a.dtype() == DType::bool_ && b.dtype() == DType::bool_)
-    throw ValueError("sub: subtraction with two bool tensors is not supported; use logical ops or cast to an integer dtype");
-  if (fam == Family::arith && op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
-  if (fam == Family::compare && is_complex(rt) && op != kEq && op != kNe)
-    throw ValueError(std::string(name) + " is not supported for complex tensors (" + dtype_name(rt) +
-                     "): complex numbers have no order; compare .real/.abs() values instead");
-  if (fam == Family::pow && rt == DType::bool_)
-    throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
+  rt = apply_op_rules(fam, op, name, rt);
   const DType out_t = fam == Family::compare ? DType::bool_ : rt;
   if (a_host || b_host) {
     const Tensor& t = a_host ? b : a;
@@ -126,15 +134,7 @@ bool fits(std::int64_t v, DType t) {
 // The promoted dtype of op(a, s), after the op's own rules (true division, rejected pairs).
 DType scalar_op_type(const Tensor& a, const Scalar& s, Family fam, int op, const char* name) {
   if (!a.defined()) throw ValueError(std::string(name) + ": undefined tensor operand");
-  DType rt = result_type(a, s);
-  if (fam == Family::arith && op == kSub && rt == DType::bool_)
-    throw ValueError("sub: subtraction with two bool operands is not supported; use logical ops or cast to an integer dtype");
-  if (fam == Family::arith && op == kDiv && is_integral(rt, true)) rt = DType::float32;  // true division
-  if (fam == Family::compare && is_complex(rt) && op != kEq && op != kNe)
-    throw ValueError(std::string(name) + " is not supported for complex tensors (" + dtype_name(rt) +
-                     "): complex numbers have no order; compare .real/.abs() values instead");
-  if (fam == Family::pow && rt == DType::bool_)
-    throw ValueError("pow is not supported for two bool operands; cast one to an integer or float dtype");
+  DType rt = apply_op_rules(fam, op, name, result_type(a, s));
   if (fam == Family::compare && s.kind == Scalar::Kind::integer && is_integral(rt, false) && !fits(s.i, rt))
     rt = DType::int64;  // u8 < 256, u8 > -19: compared exactly (torch wraps the number instead)
   return rt;
