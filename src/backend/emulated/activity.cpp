@@ -89,15 +89,10 @@ void EmulatedBackend::activity_flush() {
 
 namespace {
 constexpr std::size_t kBufferRecords = 4096;  // records per "buffer" before a partial hand-out
-}  // namespace
 
-PendingRecord* EmulatedBackend::reserve_record(const Stream& s, const OpTrace& t,
-                                               std::uint64_t graph_node_id,
-                                               std::uint32_t graph_id) {
-  std::lock_guard lock(pending_mu_);
-  if (pending_.size() >= kBufferRecords) deliver_records_locked(false);
-  PendingRecord& p = pending_.emplace_back();
-  ActivityRecord& r = p.r;
+// What a device record says of its work, apart from the times (set when the work runs).
+void describe(ActivityRecord& r, const Stream& s, const OpTrace& t, std::uint64_t graph_node_id,
+              std::uint32_t graph_id) {
   r.kind = t.kind;
   r.name = t.name;
   r.id = graph_node_id;
@@ -112,6 +107,16 @@ PendingRecord* EmulatedBackend::reserve_record(const Stream& s, const OpTrace& t
     r.detail = t.copy_kind;
     r.u.copy = ActivityRecord::Copy{t.src_kind, t.dst_kind};
   }
+}
+}  // namespace
+
+PendingRecord* EmulatedBackend::reserve_record(const Stream& s, const OpTrace& t,
+                                               std::uint64_t graph_node_id,
+                                               std::uint32_t graph_id) {
+  std::lock_guard lock(pending_mu_);
+  if (pending_.size() >= kBufferRecords) deliver_records_locked(false);
+  PendingRecord& p = pending_.emplace_back();
+  describe(p.r, s, t, graph_node_id, graph_id);
   return &p;
 }
 
@@ -230,22 +235,9 @@ void EmulatedBackend::emit_op(const Stream& s, const OpTrace& t, std::int64_t st
   ActivitySink* sink = device_sink();
   if (sink == nullptr) return;
   ActivityRecord r;
-  r.kind = t.kind;
+  describe(r, s, t, graph_node_id, graph_id);
   r.start_ns = start;
   r.end_ns = end;
-  r.name = t.name;
-  r.id = graph_node_id;
-  r.value = t.bytes;
-  r.correlation = t.correlation;
-  r.stream = s.trace_id;
-  r.device = static_cast<std::int16_t>(s.device->index);
-  r.graph_id = graph_id;
-  if (t.kind == ActivityKind::kernel) {
-    r.u.kernel = ActivityRecord::Kernel{{1, 1, 1}, {1, 1, 1}, 0, 0, 0};
-  } else {
-    r.detail = t.copy_kind;
-    r.u.copy = ActivityRecord::Copy{t.src_kind, t.dst_kind};
-  }
   sink->record(r);
 }
 
