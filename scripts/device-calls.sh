@@ -6,6 +6,9 @@
 #     CUDAKIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash scripts/device-calls.sh tests    # ~320 s: build + whole cuda suite
 #     CUDAKIT_COMMIT=...                           OUT=$OUT bash scripts/device-calls.sh bench    # ~360 s warm: benchmarks vs torch
 #     CUDAKIT_COMMIT=...                           OUT=$OUT bash scripts/device-calls.sh memory   # ~130 s cold: memory suites + allocator vs c10
+#   The fifth session's two calls (cp -r ../shared/torch-suite .device-carry/ first):
+#     OUT=$OUT bash scripts/device-calls.sh suite     # ~480 s cold: build + whole cuda suite + examples
+#     OUT=$OUT bash scripts/device-calls.sh interop   # ~350 s warm: torch-suite both runs, sync-debug pass, benchmarks
 # (the device copy's git HEAD can be stale: pass CUDAKIT_COMMIT for the summary line).
 set -uo pipefail
 cd "$(dirname "$0")/.."
