@@ -4,31 +4,16 @@ after sleep + wake with every data_ptr() unchanged, and a pool of torch tensors 
 another process. Each check runs in a fresh interpreter (torch can switch allocators only
 before its first CUDA allocation); skipped without torch (or CuPy) with CUDA."""
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_child import run_torch_child  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
-_PRELUDE = """
-import torch
-if not torch.cuda.is_available():
-    print("SKIP torch has no CUDA device"); raise SystemExit(0)
-import cudakit, cudakit.memory as m
-"""
-
-
-def _run(code: str) -> str:
-    r = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code)],
-                       capture_output=True, text=True, env=dict(os.environ), timeout=600)
-    if r.returncode != 0 and "ModuleNotFoundError" in r.stderr:
-        pytest.skip(r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stdout + r.stderr
-    if r.stdout.startswith("SKIP"):
-        pytest.skip(r.stdout.strip())
-    return r.stdout
+_run = run_torch_child
 
 
 def test_torch_weights_kv_cache_and_graph_survive_sleep():

@@ -4,31 +4,16 @@ torch's allocator. Each check runs in a fresh interpreter: torch can switch allo
 before its first CUDA allocation. Needs torch with CUDA (and CuPy for the last one); skipped
 when they are missing."""
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_child import run_torch_child  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
-_PRELUDE = """
-import torch
-if not torch.cuda.is_available():
-    print("SKIP torch has no CUDA device"); raise SystemExit(0)
-import cudakit, cudakit.memory as m
-"""
-
-
-def _run(code: str) -> str:
-    r = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code)],
-                       capture_output=True, text=True, env=dict(os.environ), timeout=600)
-    if r.returncode != 0 and "ModuleNotFoundError" in r.stderr:
-        pytest.skip(r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stdout + r.stderr
-    if r.stdout.startswith("SKIP"):
-        pytest.skip(r.stdout.strip())
-    return r.stdout
+_run = run_torch_child
 
 
 def test_training_step_with_torch_memory_logging():
