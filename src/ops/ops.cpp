@@ -36,6 +36,26 @@ enum class Family { arith, compare, pow };
 void launch_scalar(const Tensor& ca, const ScalarValue& v, Family fam, int op, const char* name, bool reverse,
                    DType rt, const Tensor& out, bool out_is_self);
 
+// Runs a binary / compare / pow kernel described by `args` on d's executor. The CPU task holds
+// the operands' storages until it ran (b: null for a number); the CUDA path copies nothing.
+void launch_binary(Family fam, const Device& d, const BinaryArgs& args, int c, const Tensor& out,
+                   const Tensor& a, const Tensor* b) {
+  if (exec_for(d) == Exec::cuda) {
+    if (fam == Family::arith) cuda_binary(d.index, stream_for(d), args, c);
+    else if (fam == Family::compare) cuda_compare(d.index, stream_for(d), args, c);
+    else cuda_pow(d.index, stream_for(d), args, c);
+    return;
+  }
+  static constexpr const char* kNames[] = {"ck_binary", "ck_compare", "ck_pow"};
+  std::vector<std::shared_ptr<Storage>> keep{out.storage(), a.storage()};
+  if (b) keep.push_back(b->storage());
+  run_cpu(d, std::move(keep), [args, fam, c] {
+    if (fam == Family::arith) cpu_binary(args, c);
+    else if (fam == Family::compare) cpu_compare(args, c);
+    else cpu_pow(args, c);
+  }, kNames[fam == Family::arith ? 0 : fam == Family::compare ? 1 : 2]);
+}
+
 // The op's own rules on the promoted dtype `rt` of its two operands (tensors or a tensor and a
 // number): pairs it refuses, and true division's float result. Promotion gives bool only when
 // both operands are bool.
@@ -94,19 +114,7 @@ Tensor binary(const Tensor& a, const Tensor& b, Family fam, int op, const char* 
   if (args.n == 0) return out;
   Device d = out.device();
   sanitize(name, d, {{&ea, "self"}, {&eb, "other"}}, {{&out, out_opt ? "out" : nullptr}});
-  const int c = code(rt);
-  if (exec_for(d) == Exec::cuda) {
-    if (fam == Family::arith) cuda_binary(d.index, stream_for(d), args, c);
-    else if (fam == Family::compare) cuda_compare(d.index, stream_for(d), args, c);
-    else cuda_pow(d.index, stream_for(d), args, c);
-  } else {
-    static constexpr const char* kNames[] = {"ck_binary", "ck_compare", "ck_pow"};
-    run_cpu(d, {out.storage(), ea.storage(), eb.storage()}, [args, fam, c] {
-      if (fam == Family::arith) cpu_binary(args, c);
-      else if (fam == Family::compare) cpu_compare(args, c);
-      else cpu_pow(args, c);
-    }, kNames[fam == Family::arith ? 0 : fam == Family::compare ? 1 : 2]);
-  }
+  launch_binary(fam, d, args, code(rt), out, ea, &eb);
   return out;
 }
 
@@ -158,19 +166,7 @@ void launch_scalar(const Tensor& ca, const ScalarValue& v, Family fam, int op, c
   if (args.n == 0) return;
   const Device d = ca.device();
   sanitize(name, d, {{&ca, "self"}}, {{&out, out_is_self ? "self" : nullptr}});
-  const int c = code(rt);
-  if (exec_for(d) == Exec::cuda) {
-    if (fam == Family::arith) cuda_binary(d.index, stream_for(d), args, c);
-    else if (fam == Family::compare) cuda_compare(d.index, stream_for(d), args, c);
-    else cuda_pow(d.index, stream_for(d), args, c);
-  } else {
-    static constexpr const char* kNames[] = {"ck_binary", "ck_compare", "ck_pow"};
-    run_cpu(d, {out.storage(), ca.storage()}, [args, fam, c] {
-      if (fam == Family::arith) cpu_binary(args, c);
-      else if (fam == Family::compare) cpu_compare(args, c);
-      else cpu_pow(args, c);
-    }, kNames[fam == Family::arith ? 0 : fam == Family::compare ? 1 : 2]);
-  }
+  launch_binary(fam, d, args, code(rt), out, ca, nullptr);
 }
 
 // `reverse`: op(s, a) instead of op(a, s).
