@@ -72,6 +72,13 @@ const char* capture_error_mode_name(CaptureErrorMode mode) noexcept;
 // initialises the backend (false before first use), as torch's.
 bool is_current_stream_capturing();
 
+// What GraphCapture and cudakit.graph do before capturing (torch.cuda.graph synchronizes the
+// device there): synchronizes `device`, unless a capture is live on any thread, in which case
+// only the current stream of `device` is synchronized, since a device synchronize would
+// invalidate that capture (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED; torch breaks the other
+// thread's capture here). Returns whether the whole device was synchronized.
+bool synchronize_for_capture(int device);
+
 class CUDAGraph;
 using GraphHook = std::function<void(CUDAGraph&)>;
 // Destroy hooks get the exec graph ids (upper half of the tools ids) being destroyed.

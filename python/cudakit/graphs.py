@@ -71,7 +71,9 @@ class graph:
     r"""Context manager capturing the work of its body into ``cuda_graph``
     (``torch.cuda.graph``).
 
-    It synchronizes the device and empties the allocator caches, makes the capture stream
+    It synchronizes the device (only this thread's current stream while another thread
+    captures: a device synchronize would invalidate that capture) and empties the allocator
+    caches, makes the capture stream
     current (``stream``, or one side stream per device shared by all captures, as torch),
     begins the capture and ends it on exit. ``pool`` shares memory with another graph
     (``other.pool()``, :func:`graph_pool_handle`, a :class:`~cudakit.MemPool`).
@@ -113,7 +115,10 @@ class graph:
         return s
 
     def __enter__(self) -> None:
-        _C.synchronize()
+        # torch synchronizes the device here; while another thread captures, that would
+        # invalidate its capture, so then only this thread's current stream is synchronized
+        # (cudakit/graphs.hpp, synchronize_for_capture)
+        _C._synchronize_for_capture()
         empty_cache()
         _host_empty_cache()
         stream = self.capture_stream if self.capture_stream is not None else self._side_stream()

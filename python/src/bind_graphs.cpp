@@ -418,6 +418,10 @@ usable as a context manager.)doc")
       .def_property_readonly("_exec_graph_id", &CUDAGraph::exec_graph_id);
 
   m.def("_is_current_stream_capturing", &is_current_stream_capturing);
+  m.def("_synchronize_for_capture", [](int device) {
+    py::gil_scoped_release release;
+    return synchronize_for_capture(device);
+  }, py::arg("device") = -1);
   m.def("_parse_capture_error_mode",
         [](py::handle mode) { return std::string(capture_error_mode_name(mode_arg(mode))); });
 

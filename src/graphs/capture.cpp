@@ -6,6 +6,8 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graphs.hpp"
+#include "cudakit/stream.hpp"
+#include "graphs/live_captures.hpp"
 
 namespace cudakit {
 
@@ -37,6 +39,13 @@ bool is_current_stream_capturing() {
          detail::CaptureStatus::none;
 }
 
+bool synchronize_for_capture(int device) {
+  const int d = resolve_device(device);
+  if (graphs_detail::synchronize_unless_capturing([d] { synchronize(d); })) return true;
+  current_stream(d).sync();
+  return false;
+}
+
 namespace {
 // One side stream per device for captures without an explicit stream (torch's
 // graph.default_capture_stream), created on first use and never destroyed. A dedicated
@@ -60,7 +69,7 @@ GraphCapture::GraphCapture(CUDAGraph& graph, CaptureOptions options)
   const int device = options.stream ? options.stream->device() : current_device();
   // As torch.cuda.graph: finish outstanding work and return cached blocks first, so the
   // capture starts from a quiet device and its pool can use the freed memory.
-  synchronize(device);
+  synchronize_for_capture(device);  // the device, or only this thread's stream (graphs.hpp)
   empty_cache();
   stream_ = options.stream ? *options.stream : side_stream(device);
   guard_.emplace(stream_);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "cudakit/device.hpp"
@@ -230,6 +231,8 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   // Before capturing: on a cuda driver without tools-id entry points this loads CUPTI (once),
   // so it is in the process before the graph's nodes are created.
   const bool tools_ids = b.graph_tools_ids_available();
+  // From the driver's begin-capture until the capture is counted (live_captures.hpp).
+  std::optional<graphs_detail::CaptureStartGate> start_gate(std::in_place);
   try {
     b.stream_begin_capture(stream.handle(), static_cast<detail::CaptureMode>(mode));
   } catch (...) {
@@ -273,6 +276,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   s.rng_blocks = 0;
   s.capturing = true;
   graphs_detail::note_capture_begun();
+  start_gate.reset();
   s.capture_ended = false;
   s.cycle_captured = true;
   if (enable_annotations && tools_ids) {
@@ -641,4 +645,14 @@ std::atomic<int> g_live_captures{0};
 int live_captures() noexcept { return g_live_captures.load(std::memory_order_acquire); }
 void note_capture_begun() noexcept { g_live_captures.fetch_add(1, std::memory_order_acq_rel); }
 void note_capture_ended() noexcept { g_live_captures.fetch_sub(1, std::memory_order_acq_rel); }
+std::mutex& capture_start_mutex() noexcept {
+  static std::mutex m;
+  return m;
+}
+bool synchronize_unless_capturing(const std::function<void()>& synchronize) {
+  std::lock_guard<std::mutex> lock(capture_start_mutex());
+  if (live_captures() != 0) return false;
+  synchronize();
+  return true;
+}
 }  // namespace cudakit::graphs_detail

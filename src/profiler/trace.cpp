@@ -279,9 +279,8 @@ void Trace::stop() {
   auto& be = cudakit::detail::backend();
   if (s.options.synchronize && !exiting && is_initialized()) {
     try {
-      if (graphs_detail::live_captures() == 0) {
-        be.activity_synchronize();
-      } else {  // graphs/live_captures.hpp: a device synchronize would invalidate them
+      // graphs/live_captures.hpp: a device synchronize would invalidate live captures
+      if (!graphs_detail::synchronize_unless_capturing([&] { be.activity_synchronize(); })) {
         s.warnings.push_back("stop(): CUDA graph captures were in progress on other threads, so "
                              "the devices were not synchronized (it would invalidate those "
                              "captures): work still running is missing from the trace");

@@ -11,8 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "support/emulated_testing.hpp"
 #include "cudakit/device.hpp"
@@ -541,4 +544,46 @@ TEST(Graphs, ConcurrentThreadLocalCaptures) {
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_EQ(values(outs[t]), std::vector<double>(32, t + 1.0));
   }
+}
+
+// Threads that each capture their own graph (thread_local mode, as an engine with capture
+// threads does) must not invalidate each other: GraphCapture synchronizes the device before
+// capturing only while no other capture is live (graphs.hpp, synchronize_for_capture). On
+// the H200 the device synchronize of one thread invalidated the others' captures.
+TEST(Graphs, ConcurrentCapturesOnThreadsDoNotInvalidateEachOther) {
+  REQUIRE_DEVICE();
+  constexpr int kThreads = 4, kRounds = 25;
+  std::atomic<int> failures{0};
+  std::string first_error;
+  std::mutex error_mu;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        Stream s;
+        Tensor x;
+        {
+          StreamGuard guard(s);
+          x = full({16}, Scalar(0.0), device_options());
+        }
+        s.sync();
+        for (int r = 0; r < kRounds; ++r) {
+          CUDAGraph g;
+          CaptureOptions o;
+          o.stream = s.ref();
+          o.capture_error_mode = CaptureErrorMode::thread_local_;
+          capture(g, [&] { add_(x, Scalar(1.0)); }, o);
+          StreamGuard guard(s);
+          g.replay();
+        }
+        s.sync();
+        EXPECT_EQ(values(x), std::vector<double>(16, double(kRounds))) << "thread " << t;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> l(error_mu);
+        if (failures++ == 0) first_error = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0) << first_error;
 }

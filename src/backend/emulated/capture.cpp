@@ -12,8 +12,8 @@
 //    ends for all its streams either way).
 //  * Illegal operations invalidate the session (later enqueues and end_capture then fail
 //    with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): stream_query/stream_synchronize of a
-//    capturing stream (CAPTURE_UNSUPPORTED), device_synchronize during a global capture or
-//    from the capturing thread (UNSUPPORTED), any use of the legacy default stream of a
+//    capturing stream (CAPTURE_UNSUPPORTED), device_synchronize while any stream of the
+//    device captures, in any mode and from any thread (UNSUPPORTED, as driver 580 does), any use of the legacy default stream of a
 //    device while a blocking stream of that device is capturing, whatever the mode
 //    (CAPTURE_IMPLICIT), joining two different captures (CAPTURE_ISOLATION).
 //  * Capture modes govern "potentially unsafe" calls (only mem_alloc here), as CUDA's

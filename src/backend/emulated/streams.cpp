@@ -356,7 +356,11 @@ void EmulatedBackend::device_synchronize(int device) {
     for (CaptureSession* c : sessions_) {
       bool here = false;
       for (auto& st : c->streams) here = here || st->device == &d;
-      if (here && (c->mode == CaptureMode::global || c->thread == std::this_thread::get_id())) {
+      // Whatever the capture's mode and whichever thread: on the H200 (driver 580) a
+      // cuCtxSynchronize from a thread that captures nothing returned CAPTURE_UNSUPPORTED and
+      // invalidated other threads' thread_local-mode captures ("Capture was invalidated by a
+      // prior API call"), since it would have to wait for the capturing streams.
+      if (here) {
         invalidate_locked(*c);
         fail(errc::stream_capture_unsupported,
              "device_synchronize: not permitted while a stream of this device is capturing "
