@@ -243,6 +243,7 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   }
   Locked lock(*this);
   if (async_backend_) return malloc_async(lock, orig_size, stream, client);
+  note_stream(stream);
   // No event is queried while a capture may be underway (torch's rule: querying an event
   // recorded in a capture is an error, and one outside it may be a forbidden call then);
   // frees deferred by capture get their events once it is over.

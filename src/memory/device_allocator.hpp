@@ -305,7 +305,16 @@ class DeviceAllocator {
   void release_spares();  // queues the destruction of unused spare handles
   std::size_t chunk_bytes(bool small) const noexcept;  // the unit of a pool kind
   std::size_t chunk_for(bool small, std::size_t pool_bytes) const noexcept;
-  bool stream_idle(detail::StreamHandle stream) noexcept;
+  // Every stream this allocator has handed memory out on (expandable_segment.cpp,
+  // compact_expandable: pages move only while all of them are idle).
+  void note_stream(detail::StreamHandle stream) {
+    if (stream == last_noted_stream_ && !noted_streams_.empty()) return;
+    last_noted_stream_ = stream;
+    for (detail::StreamHandle s : noted_streams_)
+      if (s == stream) return;
+    noted_streams_.push_back(stream);
+  }
+  bool all_noted_streams_idle() noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
   Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,
@@ -375,6 +384,8 @@ class DeviceAllocator {
   std::vector<Deferred> deferred_;
   DeviceStats stats_;
   std::uint64_t free_epoch_ = 0;  // counts frees (Block::free_epoch)
+  std::vector<detail::StreamHandle> noted_streams_;  // note_stream(); under the locks
+  detail::StreamHandle last_noted_stream_ = nullptr;
   std::size_t total_memory_ = 0;
   std::size_t limit_ = SIZE_MAX;  // reserved-bytes cap from the memory fraction
   double fraction_ = 1.0;

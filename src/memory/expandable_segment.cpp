@@ -228,15 +228,41 @@ void ExpandableSegment::destroy(detail::Backend& backend, detail::PhysMemHandle 
 
 // ---- DeviceAllocator: expandable paths ----
 
-bool DeviceAllocator::stream_idle(detail::StreamHandle stream) noexcept {
-  // A null handle names the legacy stream of the calling thread's current device.
-  try {
-    if (stream) return backend_.stream_query(stream);
-    DeviceGuard guard(device_);
-    return backend_.stream_query(stream);
-  } catch (...) {
-    return false;  // e.g. a destroyed stream: not known to be idle
+bool DeviceAllocator::all_noted_streams_idle() noexcept {
+  // A stream the driver no longer knows (destroyed) is dropped from the list: its work is
+  // over, and keeping it would stop compaction for good. Querying a capturing stream would
+  // invalidate its capture (a capture begun outside cudakit's graphs, e.g. a raw
+  // cuStreamBeginCapture, routes nothing), so the created streams' capture states are asked
+  // first (the legacy stream is not asked: that is itself an error during a capture).
+  for (detail::StreamHandle s : noted_streams_) {
+    if (!s) continue;
+    try {
+      if (backend_.stream_capture_status(s, nullptr) != detail::CaptureStatus::none) return false;
+    } catch (...) {
+      // a destroyed stream: the query below drops it
+    }
   }
+  for (std::size_t i = 0; i < noted_streams_.size();) {
+    const detail::StreamHandle s = noted_streams_[i];
+    try {
+      bool idle;
+      if (s) {
+        idle = backend_.stream_query(s);
+      } else {  // the legacy stream of this device (a null handle)
+        DeviceGuard guard(device_);
+        idle = backend_.stream_query(s);
+      }
+      if (!idle) return false;
+      ++i;
+    } catch (const AcceleratorError& e) {
+      if (e.code() != errc::invalid_handle) return false;
+      noted_streams_.erase(noted_streams_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (last_noted_stream_ == s) last_noted_stream_ = nullptr;
+    } catch (...) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::size_t DeviceAllocator::chunk_bytes(bool small) const noexcept {
@@ -260,10 +286,19 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, const Block* k
   // first, until `want` bytes were found; the handles come back as spares for the allocation
   // that asked (physical memory moves to where it is needed instead of growing the
   // footprint). The free run the caller is about to use ([keep_from, +keep_bytes)) stays.
-  // Only chunks of idle streams: a block freed on its stream may still be in use by work
-  // queued there before the free, and unmapping under running work faults. Never while
-  // allocations are routed to a pool (graph capture): a stream query can invalidate a capture.
+  // Only while every stream this allocator has handed memory out on is idle: a block freed
+  // on its stream may still be in use by work queued before the free, on that stream or on
+  // another one that used it without record_stream (torch's own test_cuda.py does this:
+  // test_cudnn_multiple_threads_same_device frees a default-stream tensor that a side
+  // stream's convolution still reads; torch's default mode never unmaps there, so it only
+  // races, while unmapping the pages faulted: an illegal address on the H200). Checking
+  // only the freed block's stream (as this code once did) missed exactly that case. A
+  // stream that never allocated here but reads memory without record_stream is still not
+  // covered: CUDA gives no cheap "is the device idle" query; release_expandable (OOM,
+  // empty_cache) synchronizes the device instead. Never while allocations are routed to a
+  // pool (graph capture): a stream query can invalidate a capture.
   if (!routes_.empty()) return 0;
+  if (!all_noted_streams_idle()) return 0;
   const std::uintptr_t keep_lo = keep_from ? keep_from->ptr : 0;
   const std::uintptr_t keep_hi = keep_lo + keep_bytes;
   const ExpandableSegment* keep_es = keep_from ? keep_from->expandable : nullptr;
@@ -284,18 +319,11 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, const Block* k
     const bool sa = a->pool->is_small == small_wanted, sb = b->pool->is_small == small_wanted;
     return sa != sb ? sa : a->size > b->size;
   });
-  std::vector<std::pair<detail::StreamHandle, bool>> idle;  // per stream, queried once
-  auto is_idle = [&](detail::StreamHandle s) {
-    for (auto& [h, ok] : idle)
-      if (h == s) return ok;
-    idle.emplace_back(s, stream_idle(s));
-    return idle.back().second;
-  };
   std::size_t freed = 0;
   for (Block* b : v) {
     if (freed >= want) break;
     auto [lo, hi] = b->expandable->unmappable(b->ptr, b->size);
-    if (hi <= lo || !is_idle(b->stream)) continue;
+    if (hi <= lo) continue;  // every block's stream is a noted one: all idle
     erase_free(*b->pool, b);
     freed += unmap_free_pages(b, /*keep_handles=*/b->pool->is_small == small_wanted);
   }
