@@ -14,7 +14,7 @@
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
 #include "graphs/live_captures.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit {
 
@@ -262,7 +262,8 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
     if (rng) rng->capture_epilogue();
     throw;
   }
-  detail::sanitizer::capture_begin(id);  // sanitizer: ops on this capture's streams are recorded
+  if (const auto* o = instrument::stream_observer())  // sanitizer: ops on this capture's
+    o->capture_begin(id);                              // streams are recorded
   s.device = device;
   s.capture_stream = stream;
   s.capture_id = id;
@@ -309,7 +310,8 @@ void CUDAGraph::abort_capture() noexcept {
     graphs_detail::unregister_recorder(s.capture_id);
     s.recorder.reset();
   }
-  detail::sanitizer::capture_end(s.capture_id);  // sanitizer: discards what was recorded
+  if (const auto* o = instrument::installed_stream_observer())  // sanitizer: discards what
+    o->capture_end(s.capture_id);                               // was recorded
   s.release_pools();
 }
 
@@ -349,7 +351,8 @@ void CUDAGraph::capture_end_pre() {
   s.graph = g;
   s.capture_ended = true;
   s.captured_empty = empty;
-  s.sanitizer_accesses = detail::sanitizer::capture_end(s.capture_id);  // sanitizer
+  const auto* observer = instrument::installed_stream_observer();  // sanitizer
+  s.sanitizer_accesses = observer ? observer->capture_end(s.capture_id) : nullptr;
   if (s.rng != nullptr) {
     try {
       s.rng_blocks = s.rng->capture_epilogue();
@@ -449,8 +452,8 @@ namespace {
 
 void launch_on(CUDAGraph::Impl& s, detail::Backend& b) {
   const StreamRef stream = current_stream(s.device);
-  if (detail::sanitizer::on() && s.sanitizer_accesses) [[unlikely]]  // sanitizer
-    detail::sanitizer::graph_replayed(s.sanitizer_accesses, stream.handle(), s.device);
+  if (const auto* o = instrument::stream_observer(); o && s.sanitizer_accesses) [[unlikely]]
+    o->graph_replayed(s.sanitizer_accesses, stream.handle(), s.device);  // sanitizer
   if (s.rng_blocks != 0) s.rng->replay_prologue(s.rng_blocks, stream);
   if (s.sync_before_release) [[unlikely]] {
     std::lock_guard lock(s.replay_streams_mu);

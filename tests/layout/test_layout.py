@@ -13,7 +13,10 @@ and the walls around it:
      nothing from src/random/ (the ops <-> random include cycle stays broken);
   7. no header of src/backend/ reaches cudakit/tensor.hpp, directly or through the headers it
      includes (the seam speaks pointers and value types: every file that includes it would
-     compile the tensor API).
+     compile the tensor API);
+  8. the floors: src/core/ and src/instrument/ include only their own and public headers, and
+     no module of src/ outside src/sanitizer/ includes the sanitizer (private headers or
+     cudakit/sanitizer.hpp): modules report to it through src/instrument/observers.hpp.
 
 Rules look at code only: comments and string literals are stripped first, so prose that
 explains a rule ("never dlopen here") never trips it. Deliberate exceptions go in ALLOWED
@@ -176,7 +179,17 @@ def check_cpp(rel: str, text: str) -> list[tuple[str, int, str]]:
     if rel.startswith("src/ops/"):
         hit("ops-random-cycle", code, r'#\s*include\s*"random/',
             "src/ops/ must not include src/random/ (shared code lives in src/kernels/)")
+    for floor in ("core", "instrument"):
+        if rel.startswith(f"src/{floor}/"):
+            hit("floor-layering", code, rf'#\s*include\s*"(?!{floor}/|cudakit/)',
+                f"src/{floor}/ is a floor below the modules: it includes only {floor}/ and "
+                "public headers")
+    if rel.startswith("src/") and not rel.startswith("src/sanitizer/"):
+        hit("instrument-floor", code, r'#\s*include\s*"(?:sanitizer/|cudakit/sanitizer\.hpp")',
+            "a module includes the sanitizer: report through src/instrument/observers.hpp, "
+            "whose table the sanitizer installs")
     return found
+
 
 
 def check_python(rel: str, text: str) -> list[tuple[str, int, str]]:
@@ -312,6 +325,10 @@ def rules_hit(rel: str, snippet: str) -> set[str]:
     ("include/cudakit/x.hpp", "namespace cudakit {\nint f();\n}", "public-header"),
     ("src/kernels/x.hpp", '#include "ops/dispatch.hpp"', "kernels-layering"),
     ("src/ops/x.hpp", '#include "random/philox.hpp"', "ops-random-cycle"),
+    ("src/core/x.cpp", '#include "memory/history.hpp"', "floor-layering"),
+    ("src/instrument/x.hpp", '#include "backend/backend.hpp"', "floor-layering"),
+    ("src/streams/x.cpp", '#include "sanitizer/hooks.hpp"', "instrument-floor"),
+    ("src/memory/x.cpp", '#include "cudakit/sanitizer.hpp"', "instrument-floor"),
     ("python/cudakit/x.py", 'if _C.backend_name() == "cuda":\n    pass\n', "backend-name"),
     ("python/cudakit/x.py", "lib = ctypes.CDLL('libnvrtc.so')\n", "library-loading"),
 ])
@@ -333,6 +350,11 @@ def test_rules_catch(rel, snippet, rule):
     ("src/memory/x.cpp", 'msg = std::string(b.name()) + " backend has 2 devices";'),
     # dladdr (naming a code address) loads nothing.
     ("src/memory/x.cpp", "#include <dlfcn.h>\nDl_info i; dladdr(pc, &i);"),
+    # The floors use their own and public headers; the sanitizer includes its own.
+    ("src/instrument/x.hpp", '#include "instrument/observers.hpp"\n#include "cudakit/stream.hpp"'),
+    ("src/core/x.cpp", '#include "core/files.hpp"'),
+    ("src/sanitizer/x.cpp", '#include "sanitizer/hooks.hpp"\n#include "cudakit/sanitizer.hpp"'),
+    ("src/streams/x.cpp", '#include "instrument/observers.hpp"'),
     # Inside the seam everything is allowed.
     ("src/backend/cuda/x.cpp", '#include <cuda.h>\nvoid* h = dlopen("libcuda.so.1", 0);'),
     ("include/cudakit/x.hpp", '#include "cudakit/export.hpp"\nnamespace CUDAKIT_API cudakit {\n}'),
