@@ -16,7 +16,8 @@ and the walls around it:
      compile the tensor API);
   8. the floors: src/core/ and src/instrument/ include only their own and public headers, and
      no module of src/ outside src/sanitizer/ includes the sanitizer (private headers or
-     cudakit/sanitizer.hpp): modules report to it through src/instrument/observers.hpp.
+     cudakit/sanitizer.hpp): modules report to it through src/instrument/observers.hpp;
+  9. no source file of src/ or python/ is over 800 lines.
 
 Rules look at code only: comments and string literals are stripped first, so prose that
 explains a rule ("never dlopen here") never trips it. Deliberate exceptions go in ALLOWED
@@ -191,6 +192,20 @@ def check_cpp(rel: str, text: str) -> list[tuple[str, int, str]]:
     return found
 
 
+MAX_LINES = 800
+SIZE_SUFFIXES = CPP_SUFFIXES | {".py", ".js"}
+
+
+def oversized_files() -> list[str]:
+    out = []
+    for top in ("src", "python"):
+        for p in sorted((ROOT / top).rglob("*")):
+            if p.suffix in SIZE_SUFFIXES and p.is_file():
+                n = p.read_text(encoding="utf-8", errors="replace").count("\n")
+                if n > MAX_LINES:
+                    out.append(f"{p.relative_to(ROOT).as_posix()}: {n} lines")
+    return out
+
 
 def check_python(rel: str, text: str) -> list[tuple[str, int, str]]:
     code, strings = python_code(text)
@@ -285,6 +300,12 @@ def violations():
 def test_tree_follows_the_layout_rules():
     bad = violations()
     assert not bad, "layout rules broken (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_no_file_over_800_lines():
+    big = oversized_files()
+    assert not big, (f"files over {MAX_LINES} lines (split them by layer, docs/architecture.md):\n"
+                     + "\n".join(big))
 
 
 def test_allowed_exceptions_are_still_needed():
