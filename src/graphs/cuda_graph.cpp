@@ -18,9 +18,9 @@
 
 namespace cudakit {
 
-using graphs_detail::fire;
-using graphs_detail::fire_swallow;
-using graphs_detail::global_hooks;
+using graphs::detail::fire;
+using graphs::detail::fire_swallow;
+using graphs::detail::global_hooks;
 
 namespace {
 
@@ -149,7 +149,7 @@ void CUDAGraph::Impl::fire_destroy() noexcept {
 void CUDAGraph::Impl::free_graph_objects() noexcept {
   std::vector<std::uint32_t> ids = exec_ids;
   if (published_exec_id != 0) ids.push_back(published_exec_id);
-  graphs_detail::purge(ids);
+  graphs::detail::purge(ids);
   if (!detail::is_shutting_down()) {
     if (exec != nullptr) {
       try {
@@ -273,12 +273,12 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   s.rng = rng;
   s.rng_blocks = 0;
   s.capturing = true;
-  graphs_detail::note_capture_begun();
+  graphs::detail::note_capture_begun();
   s.capture_ended = false;
   s.cycle_captured = true;
   if (enable_annotations && tools_ids) {
-    s.recorder = std::make_shared<graphs_detail::Recorder>();
-    graphs_detail::register_recorder(id, s.recorder);
+    s.recorder = std::make_shared<graphs::detail::Recorder>();
+    graphs::detail::register_recorder(id, s.recorder);
   }
   fire_swallow(*global_hooks().capture_start, *this);
   try {
@@ -293,7 +293,7 @@ void CUDAGraph::abort_capture() noexcept {
   Impl& s = *impl_;
   if (!s.capturing) return;
   s.capturing = false;
-  graphs_detail::note_capture_ended();
+  graphs::detail::note_capture_ended();
   s.end_routing();
   if (!detail::is_shutting_down()) {
     try {
@@ -307,7 +307,7 @@ void CUDAGraph::abort_capture() noexcept {
   }
   s.finish_rng();
   if (s.recorder) {
-    graphs_detail::unregister_recorder(s.capture_id);
+    graphs::detail::unregister_recorder(s.capture_id);
     s.recorder.reset();
   }
   if (const auto* o = instrument::installed_stream_observer())  // sanitizer: discards what
@@ -347,7 +347,7 @@ void CUDAGraph::capture_end_pre() {
     throw;
   }
   s.capturing = false;
-  graphs_detail::note_capture_ended();
+  graphs::detail::note_capture_ended();
   s.graph = g;
   s.capture_ended = true;
   s.captured_empty = empty;
@@ -361,11 +361,11 @@ void CUDAGraph::capture_end_pre() {
     }
   }
   if (s.recorder) {
-    graphs_detail::unregister_recorder(s.capture_id);
+    graphs::detail::unregister_recorder(s.capture_id);
     try {
       // Annotations are best effort: a failed lookup must not fail the capture.
-      s.annotations = graphs_detail::resolve(*s.recorder, be().graph_nodes(s.graph));
-      s.annotations_generation = graphs_detail::annotations_generation();
+      s.annotations = graphs::detail::resolve(*s.recorder, be().graph_nodes(s.graph));
+      s.annotations_generation = graphs::detail::annotations_generation();
     } catch (...) {
       s.annotations.clear();
     }
@@ -437,7 +437,7 @@ void CUDAGraph::instantiate() {
   s.exec_id.reset();
   if (!s.annotations.empty()) {
     if (auto id = s.query_exec_id()) {
-      graphs_detail::publish(*id, s.published_exec_id, s.annotations, s.annotations_generation);
+      graphs::detail::publish(*id, s.published_exec_id, s.annotations, s.annotations_generation);
       s.published_exec_id = *id;
     }
   } else if (!global_hooks().destroy->empty()) {
@@ -602,7 +602,7 @@ HookHandle CUDAGraph::retain_object(std::shared_ptr<const void> obj,
 }
 
 namespace {
-HookHandle add_hook(const std::shared_ptr<graphs_detail::GraphHookList>& list, GraphHook hook,
+HookHandle add_hook(const std::shared_ptr<graphs::detail::GraphHookList>& list, GraphHook hook,
                     const char* what) {
   if (!hook) throw ValueError(std::string(what) + ": the hook is empty");
   return HookHandle(list, list->add(std::move(hook)));
@@ -637,11 +637,11 @@ std::optional<std::uint32_t> CUDAGraph::exec_graph_id() const { return impl_->qu
 
 }  // namespace cudakit
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 namespace {
 std::atomic<int> g_live_captures{0};
 }  // namespace
 int live_captures() noexcept { return g_live_captures.load(std::memory_order_acquire); }
 void note_capture_begun() noexcept { g_live_captures.fetch_add(1, std::memory_order_acq_rel); }
 void note_capture_ended() noexcept { g_live_captures.fetch_sub(1, std::memory_order_acq_rel); }
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail

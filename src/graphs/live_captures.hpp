@@ -5,10 +5,10 @@
 // the records of work still running out, with a warning, instead of breaking a user's graph.
 #pragma once
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 
 int live_captures() noexcept;
 void note_capture_begun() noexcept;
 void note_capture_ended() noexcept;
 
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail

@@ -279,7 +279,7 @@ void Trace::stop() {
   auto& be = cudakit::detail::backend();
   if (s.options.synchronize && !exiting && is_initialized()) {
     try {
-      if (graphs_detail::live_captures() == 0) {
+      if (graphs::detail::live_captures() == 0) {
         be.activity_synchronize();
       } else {  // graphs/live_captures.hpp: a device synchronize would invalidate them
         s.warnings.push_back("stop(): CUDA graph captures were in progress on other threads, so "
