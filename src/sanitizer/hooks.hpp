@@ -18,7 +18,13 @@
 #include "backend/backend.hpp"
 #include "instrument/observers.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
+
+// The seam's names the sanitizer's code uses unqualified.
+using cudakit::detail::backend;
+using cudakit::detail::CaptureStatus;
+using cudakit::detail::EventHandle;
+using cudakit::detail::StreamHandle;
 
 extern std::atomic<bool> g_on;
 inline bool on() noexcept { return g_on.load(std::memory_order_relaxed); }
@@ -64,4 +70,4 @@ std::shared_ptr<const void> capture_end(std::uint64_t id) noexcept;
 // accesses are checked and recorded as one op. Throws like op().
 void graph_replayed(const std::shared_ptr<const void>& captured, StreamHandle s, int device);
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

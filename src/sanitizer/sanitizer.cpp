@@ -10,7 +10,7 @@
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 std::atomic<bool> g_on{false};
 
@@ -107,11 +107,11 @@ void warn_from_free(const std::string& message) noexcept {
   }
 }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail
 
 namespace cudakit::sanitizer {
 
-namespace ds = cudakit::detail::sanitizer;
+namespace ds = cudakit::sanitizer::detail;
 
 void enable(OnRace mode) {
   std::lock_guard lock(ds::g_switch_mu);
