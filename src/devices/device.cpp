@@ -13,7 +13,7 @@
 #include "cudakit/error.hpp"
 #include "devices/resolve.hpp"
 #include "devices/sync_debug.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit {
 namespace {
@@ -232,7 +232,7 @@ void synchronize(int device) {
   // one either, and graph capture calls it on entry.
   DeviceGuard guard(device);
   detail::backend().device_synchronize(device);
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_device(device);  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_device(device);  // sanitizer
 }
 
 bool can_device_access_peer(int device, int peer_device) {

@@ -7,7 +7,7 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 namespace {
 
 struct Recorders {
@@ -30,9 +30,9 @@ Registry& registry() {
   return *r;
 }
 
-bool annotatable(detail::GraphNodeType t) {
-  return t == detail::GraphNodeType::kernel || t == detail::GraphNodeType::memcpy ||
-         t == detail::GraphNodeType::memset;
+bool annotatable(cudakit::detail::GraphNodeType t) {
+  using cudakit::detail::GraphNodeType;
+  return t == GraphNodeType::kernel || t == GraphNodeType::memcpy || t == GraphNodeType::memset;
 }
 
 }  // namespace
@@ -75,7 +75,7 @@ Annotation merge(const Annotation& inner, const Annotation& outer) {
 }
 
 std::map<std::uint32_t, Annotation> resolve(const Recorder& r,
-                                            const std::vector<detail::GraphNodeInfo>& nodes) {
+                                            const std::vector<cudakit::detail::GraphNodeInfo>& nodes) {
   std::vector<Recorder::Scope> scopes = r.scopes;
   // By start, then longer first, then later exit first: among equal ranges the outer scope
   // (which exits later) comes first, so the inner one ends up innermost.
@@ -129,10 +129,10 @@ void purge(const std::vector<std::uint32_t>& exec_ids) noexcept {
   }
 }
 
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail
 
 namespace cudakit::graph_annotations {
-using namespace cudakit::graphs_detail;
+using namespace cudakit::graphs::detail;
 
 bool is_available() noexcept {
   try {

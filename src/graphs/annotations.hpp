@@ -23,7 +23,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/graph_annotations.hpp"
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 
 using graph_annotations::Annotation;
 
@@ -49,7 +49,7 @@ bool any_recorder() noexcept;
 // Node id (low 32 bits of the tools id) -> merged annotation, for kernel/memcpy/memset nodes
 // inside at least one scope. Nodes without a tools id are skipped.
 std::map<std::uint32_t, Annotation> resolve(const Recorder& r,
-                                            const std::vector<detail::GraphNodeInfo>& nodes);
+                                            const std::vector<cudakit::detail::GraphNodeInfo>& nodes);
 
 // Current generation of the registry (bumped by clear_kernel_annotations).
 std::uint64_t annotations_generation() noexcept;
@@ -62,4 +62,4 @@ void purge(const std::vector<std::uint32_t>& exec_ids) noexcept;
 // Merges `inner` over `outer` key by key (inner wins), keeping inner's key order first.
 Annotation merge(const Annotation& inner, const Annotation& outer);
 
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail

@@ -41,7 +41,7 @@ bool is_current_stream_capturing() {
 
 bool synchronize_for_capture(int device) {
   const int d = resolve_device(device);
-  if (graphs_detail::synchronize_unless_capturing([d] { synchronize(d); })) return true;
+  if (graphs::detail::synchronize_unless_capturing([d] { synchronize(d); })) return true;
   current_stream(d).sync();
   return false;
 }

@@ -15,13 +15,13 @@
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
 #include "graphs/live_captures.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit {
 
-using graphs_detail::fire;
-using graphs_detail::fire_swallow;
-using graphs_detail::global_hooks;
+using graphs::detail::fire;
+using graphs::detail::fire_swallow;
+using graphs::detail::global_hooks;
 
 namespace {
 
@@ -150,7 +150,7 @@ void CUDAGraph::Impl::fire_destroy() noexcept {
 void CUDAGraph::Impl::free_graph_objects() noexcept {
   std::vector<std::uint32_t> ids = exec_ids;
   if (published_exec_id != 0) ids.push_back(published_exec_id);
-  graphs_detail::purge(ids);
+  graphs::detail::purge(ids);
   if (!detail::is_shutting_down()) {
     if (exec != nullptr) {
       try {
@@ -232,7 +232,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   // so it is in the process before the graph's nodes are created.
   const bool tools_ids = b.graph_tools_ids_available();
   // From the driver's begin-capture until the capture is counted (live_captures.hpp).
-  std::optional<graphs_detail::CaptureStartGate> start_gate(std::in_place);
+  std::optional<graphs::detail::CaptureStartGate> start_gate(std::in_place);
   try {
     b.stream_begin_capture(stream.handle(), static_cast<detail::CaptureMode>(mode));
   } catch (...) {
@@ -265,7 +265,8 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
     if (rng) rng->capture_epilogue();
     throw;
   }
-  detail::sanitizer::capture_begin(id);  // sanitizer: ops on this capture's streams are recorded
+  if (const auto* o = instrument::stream_observer())  // sanitizer: ops on this capture's
+    o->capture_begin(id);                              // streams are recorded
   s.device = device;
   s.capture_stream = stream;
   s.capture_id = id;
@@ -275,13 +276,13 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   s.rng = rng;
   s.rng_blocks = 0;
   s.capturing = true;
-  graphs_detail::note_capture_begun();
+  graphs::detail::note_capture_begun();
   start_gate.reset();
   s.capture_ended = false;
   s.cycle_captured = true;
   if (enable_annotations && tools_ids) {
-    s.recorder = std::make_shared<graphs_detail::Recorder>();
-    graphs_detail::register_recorder(id, s.recorder);
+    s.recorder = std::make_shared<graphs::detail::Recorder>();
+    graphs::detail::register_recorder(id, s.recorder);
   }
   fire_swallow(*global_hooks().capture_start, *this);
   try {
@@ -296,7 +297,7 @@ void CUDAGraph::abort_capture() noexcept {
   Impl& s = *impl_;
   if (!s.capturing) return;
   s.capturing = false;
-  graphs_detail::note_capture_ended();
+  graphs::detail::note_capture_ended();
   s.end_routing();
   if (!detail::is_shutting_down()) {
     try {
@@ -310,10 +311,11 @@ void CUDAGraph::abort_capture() noexcept {
   }
   s.finish_rng();
   if (s.recorder) {
-    graphs_detail::unregister_recorder(s.capture_id);
+    graphs::detail::unregister_recorder(s.capture_id);
     s.recorder.reset();
   }
-  detail::sanitizer::capture_end(s.capture_id);  // sanitizer: discards what was recorded
+  if (const auto* o = instrument::installed_stream_observer())  // sanitizer: discards what
+    o->capture_end(s.capture_id);                               // was recorded
   s.release_pools();
 }
 
@@ -349,11 +351,12 @@ void CUDAGraph::capture_end_pre() {
     throw;
   }
   s.capturing = false;
-  graphs_detail::note_capture_ended();
+  graphs::detail::note_capture_ended();
   s.graph = g;
   s.capture_ended = true;
   s.captured_empty = empty;
-  s.sanitizer_accesses = detail::sanitizer::capture_end(s.capture_id);  // sanitizer
+  const auto* observer = instrument::installed_stream_observer();  // sanitizer
+  s.sanitizer_accesses = observer ? observer->capture_end(s.capture_id) : nullptr;
   if (s.rng != nullptr) {
     try {
       s.rng_blocks = s.rng->capture_epilogue();
@@ -362,11 +365,11 @@ void CUDAGraph::capture_end_pre() {
     }
   }
   if (s.recorder) {
-    graphs_detail::unregister_recorder(s.capture_id);
+    graphs::detail::unregister_recorder(s.capture_id);
     try {
       // Annotations are best effort: a failed lookup must not fail the capture.
-      s.annotations = graphs_detail::resolve(*s.recorder, be().graph_nodes(s.graph));
-      s.annotations_generation = graphs_detail::annotations_generation();
+      s.annotations = graphs::detail::resolve(*s.recorder, be().graph_nodes(s.graph));
+      s.annotations_generation = graphs::detail::annotations_generation();
     } catch (...) {
       s.annotations.clear();
     }
@@ -438,7 +441,7 @@ void CUDAGraph::instantiate() {
   s.exec_id.reset();
   if (!s.annotations.empty()) {
     if (auto id = s.query_exec_id()) {
-      graphs_detail::publish(*id, s.published_exec_id, s.annotations, s.annotations_generation);
+      graphs::detail::publish(*id, s.published_exec_id, s.annotations, s.annotations_generation);
       s.published_exec_id = *id;
     }
   } else if (!global_hooks().destroy->empty()) {
@@ -453,8 +456,8 @@ namespace {
 
 void launch_on(CUDAGraph::Impl& s, detail::Backend& b) {
   const StreamRef stream = current_stream(s.device);
-  if (detail::sanitizer::on() && s.sanitizer_accesses) [[unlikely]]  // sanitizer
-    detail::sanitizer::graph_replayed(s.sanitizer_accesses, stream.handle(), s.device);
+  if (const auto* o = instrument::stream_observer(); o && s.sanitizer_accesses) [[unlikely]]
+    o->graph_replayed(s.sanitizer_accesses, stream.handle(), s.device);  // sanitizer
   if (s.rng_blocks != 0) s.rng->replay_prologue(s.rng_blocks, stream);
   if (s.sync_before_release) [[unlikely]] {
     std::lock_guard lock(s.replay_streams_mu);
@@ -603,7 +606,7 @@ HookHandle CUDAGraph::retain_object(std::shared_ptr<const void> obj,
 }
 
 namespace {
-HookHandle add_hook(const std::shared_ptr<graphs_detail::GraphHookList>& list, GraphHook hook,
+HookHandle add_hook(const std::shared_ptr<graphs::detail::GraphHookList>& list, GraphHook hook,
                     const char* what) {
   if (!hook) throw ValueError(std::string(what) + ": the hook is empty");
   return HookHandle(list, list->add(std::move(hook)));
@@ -638,7 +641,7 @@ std::optional<std::uint32_t> CUDAGraph::exec_graph_id() const { return impl_->qu
 
 }  // namespace cudakit
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 namespace {
 std::atomic<int> g_live_captures{0};
 }  // namespace
@@ -655,4 +658,4 @@ bool synchronize_unless_capturing(const std::function<void()>& synchronize) {
   synchronize();
   return true;
 }
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail

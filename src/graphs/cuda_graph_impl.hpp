@@ -46,7 +46,7 @@ struct CUDAGraph::Impl {
   std::optional<std::uint32_t> exec_id;    // of `exec`, once queried
   std::vector<std::uint32_t> exec_ids;     // every exec id of this cycle (destroy hooks)
   // ---- annotations ----
-  std::shared_ptr<graphs_detail::Recorder> recorder;           // while capturing
+  std::shared_ptr<graphs::detail::Recorder> recorder;           // while capturing
   std::map<std::uint32_t, graph_annotations::Annotation> annotations;  // resolved
   std::uint64_t annotations_generation = 0;
   std::uint32_t published_exec_id = 0;  // exec id the annotations are keyed to (0: none)
@@ -54,21 +54,21 @@ struct CUDAGraph::Impl {
   bool caching_graph_data = false;
   mutable std::shared_ptr<const GraphData> graph_data_cache;
   // ---- per-graph hooks (kept across reset) ----
-  std::shared_ptr<graphs_detail::GraphHookList> capture_start_hooks =
-      std::make_shared<graphs_detail::GraphHookList>();
-  std::shared_ptr<graphs_detail::GraphHookList> capture_end_hooks =
-      std::make_shared<graphs_detail::GraphHookList>();
-  std::shared_ptr<graphs_detail::GraphHookList> post_instantiate_hooks =
-      std::make_shared<graphs_detail::GraphHookList>();
-  std::shared_ptr<graphs_detail::GraphHookList> replay_start_hooks =
-      std::make_shared<graphs_detail::GraphHookList>();
-  std::shared_ptr<graphs_detail::GraphHookList> replay_end_hooks =
-      std::make_shared<graphs_detail::GraphHookList>();
+  std::shared_ptr<graphs::detail::GraphHookList> capture_start_hooks =
+      std::make_shared<graphs::detail::GraphHookList>();
+  std::shared_ptr<graphs::detail::GraphHookList> capture_end_hooks =
+      std::make_shared<graphs::detail::GraphHookList>();
+  std::shared_ptr<graphs::detail::GraphHookList> post_instantiate_hooks =
+      std::make_shared<graphs::detail::GraphHookList>();
+  std::shared_ptr<graphs::detail::GraphHookList> replay_start_hooks =
+      std::make_shared<graphs::detail::GraphHookList>();
+  std::shared_ptr<graphs::detail::GraphHookList> replay_end_hooks =
+      std::make_shared<graphs::detail::GraphHookList>();
   // ---- per-cycle destroy state ----
-  std::shared_ptr<graphs_detail::HookList<std::function<void()>>> destroy_callbacks =
-      std::make_shared<graphs_detail::HookList<std::function<void()>>>();
-  std::shared_ptr<graphs_detail::HookList<std::shared_ptr<const void>>> retained =
-      std::make_shared<graphs_detail::HookList<std::shared_ptr<const void>>>();
+  std::shared_ptr<graphs::detail::HookList<std::function<void()>>> destroy_callbacks =
+      std::make_shared<graphs::detail::HookList<std::function<void()>>>();
+  std::shared_ptr<graphs::detail::HookList<std::shared_ptr<const void>>> retained =
+      std::make_shared<graphs::detail::HookList<std::shared_ptr<const void>>>();
   bool sync_before_release = false;
   std::mutex replay_streams_mu;           // replays may run on several threads
   std::vector<StreamRef> replay_streams;  // recorded only when sync_before_release

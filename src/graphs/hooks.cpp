@@ -4,7 +4,7 @@
 #include "cudakit/error.hpp"
 
 namespace cudakit {
-namespace graphs_detail {
+namespace graphs::detail {
 
 std::uint64_t next_hook_id() noexcept {
   static std::atomic<std::uint64_t> next{1};
@@ -16,7 +16,7 @@ GlobalHooks& global_hooks() noexcept {
   return *hooks;
 }
 
-}  // namespace graphs_detail
+}  // namespace graphs::detail
 
 void HookHandle::remove() noexcept {
   if (auto r = registry_.lock()) r->remove(id_);
@@ -29,7 +29,7 @@ bool HookHandle::registered() const noexcept {
 
 namespace {
 template <class Fn>
-HookHandle add_global(const std::shared_ptr<graphs_detail::HookList<Fn>>& list, Fn fn,
+HookHandle add_global(const std::shared_ptr<graphs::detail::HookList<Fn>>& list, Fn fn,
                       const char* what) {
   if (!fn) throw ValueError(std::string(what) + ": the hook is empty");
   return HookHandle(list, list->add(std::move(fn)));
@@ -37,27 +37,27 @@ HookHandle add_global(const std::shared_ptr<graphs_detail::HookList<Fn>>& list, 
 }  // namespace
 
 HookHandle register_graph_capture_start_hook(GraphHook fn) {
-  return add_global(graphs_detail::global_hooks().capture_start, std::move(fn),
+  return add_global(graphs::detail::global_hooks().capture_start, std::move(fn),
                     "register_graph_capture_start_hook");
 }
 HookHandle register_graph_capture_end_hook(GraphHook fn) {
-  return add_global(graphs_detail::global_hooks().capture_end, std::move(fn),
+  return add_global(graphs::detail::global_hooks().capture_end, std::move(fn),
                     "register_graph_capture_end_hook");
 }
 HookHandle register_graph_instantiate_hook(GraphHook fn) {
-  return add_global(graphs_detail::global_hooks().instantiate, std::move(fn),
+  return add_global(graphs::detail::global_hooks().instantiate, std::move(fn),
                     "register_graph_instantiate_hook");
 }
 HookHandle register_graph_replay_start_hook(GraphHook fn) {
-  return add_global(graphs_detail::global_hooks().replay_start, std::move(fn),
+  return add_global(graphs::detail::global_hooks().replay_start, std::move(fn),
                     "register_graph_replay_start_hook");
 }
 HookHandle register_graph_replay_end_hook(GraphHook fn) {
-  return add_global(graphs_detail::global_hooks().replay_end, std::move(fn),
+  return add_global(graphs::detail::global_hooks().replay_end, std::move(fn),
                     "register_graph_replay_end_hook");
 }
 HookHandle register_graph_destroy_hook(GraphDestroyHook fn) {
-  return add_global(graphs_detail::global_hooks().destroy, std::move(fn),
+  return add_global(graphs::detail::global_hooks().destroy, std::move(fn),
                     "register_graph_destroy_hook");
 }
 

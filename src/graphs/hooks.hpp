@@ -17,7 +17,7 @@
 
 #include "cudakit/graphs.hpp"
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 
 std::uint64_t next_hook_id() noexcept;
 
@@ -127,4 +127,4 @@ void fire_swallow(const HookList<Fn>& list, Args&... args) noexcept {
   }
 }
 
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail

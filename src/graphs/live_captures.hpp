@@ -17,7 +17,7 @@
 #include <functional>
 #include <mutex>
 
-namespace cudakit::graphs_detail {
+namespace cudakit::graphs::detail {
 
 int live_captures() noexcept;
 void note_capture_begun() noexcept;
@@ -37,4 +37,4 @@ class CaptureStartGate {
 // otherwise returns false without running it. No capture can begin while it runs.
 bool synchronize_unless_capturing(const std::function<void()>& synchronize);
 
-}  // namespace cudakit::graphs_detail
+}  // namespace cudakit::graphs::detail

@@ -10,7 +10,7 @@
 #include "memory/deferred_free.hpp"
 #include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit {
 
@@ -57,7 +57,7 @@ void* raw_alloc(std::size_t bytes, int dev, detail::StreamHandle stream) {
   PluggedAllocator* plugged = plugged_allocator();
   void* p = plugged ? plugged->allocate(bytes, dev, stream)
                     : native_alloc_inline(bytes, dev, stream);
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::allocated(p, bytes, dev, stream);  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->allocated(p, bytes, dev, stream);  // sanitizer
   return p;
 }
 
@@ -69,7 +69,7 @@ void* raw_alloc_for(std::uint8_t client, std::size_t bytes, int dev,
 }
 
 bool raw_free(void* ptr, int dev_hint) {
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::freeing(ptr);  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->freeing(ptr);  // sanitizer
   if (detail::in_host_function()) [[unlikely]] {  // deferred_free.hpp says why
     defer_free(ptr, dev_hint, DeferredKind::device);
     return true;
@@ -134,7 +134,7 @@ void record_stream(void* ptr, StreamRef stream) {
   if (memory::host_allocator().record_event(ptr, stream.handle(), dev)) return;
   if (memory::owned_by_plugged(ptr)) return;  // a plugged allocator has no stream semantics
   if (memory::native_record_stream(ptr, stream.handle())) {
-    if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::stream_recorded(ptr, stream.handle(), dev);  // sanitizer
+    if (const auto* o = instrument::stream_observer()) [[unlikely]] o->stream_recorded(ptr, stream.handle(), dev);  // sanitizer
     return;
   }
   throw ValueError("record_stream: pointer is not a live allocation of cudakit's caching "

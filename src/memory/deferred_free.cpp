@@ -8,9 +8,7 @@
 #include "memory/raw.hpp"
 
 namespace cudakit::memory {
-namespace deferred_detail {
-bool g_maybe_pending = false;
-}  // namespace deferred_detail
+bool g_deferred_maybe_pending = false;
 
 namespace {
 struct Deferred {
@@ -28,15 +26,15 @@ std::vector<Deferred>& queue() {
 void defer_free(void* ptr, int dev_hint, DeferredKind kind) {
   std::lock_guard lock(g_mu);
   queue().push_back({ptr, dev_hint, kind});
-  __atomic_store_n(&deferred_detail::g_maybe_pending, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_deferred_maybe_pending, true, __ATOMIC_RELEASE);
 }
 
-void deferred_detail::drain_slow() {
+void drain_deferred_slow() {
   std::vector<Deferred> work;
   {
     std::lock_guard lock(g_mu);
     work.swap(queue());
-    __atomic_store_n(&g_maybe_pending, false, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_deferred_maybe_pending, false, __ATOMIC_RELEASE);
   }
   for (const Deferred& d : work) {
     try {

@@ -23,16 +23,17 @@ enum class DeferredKind { device, pinned_host };
 // Queues `ptr` (freed later by raw_free(ptr, dev_hint) or the pinned-host cache).
 void defer_free(void* ptr, int dev_hint, DeferredKind kind);
 
-namespace deferred_detail {
-void drain_slow();
-extern bool g_maybe_pending;  // written under the queue mutex; read racily as a hint
-}  // namespace deferred_detail
+// drain_deferred_frees()'s slow path, and its hint: written under the queue mutex, read
+// racily. (No nested `detail` namespace here: inside cudakit::memory it would hide
+// cudakit::detail, docs/architecture.md "Namespaces".)
+void drain_deferred_slow();
+extern bool g_deferred_maybe_pending;
 
 // Frees what host functions deferred. Cheap when nothing is queued (one load). Never call it
 // with an allocator lock held, nor from a host function.
 inline void drain_deferred_frees() {
-  if (__atomic_load_n(&deferred_detail::g_maybe_pending, __ATOMIC_ACQUIRE)) [[unlikely]] {
-    deferred_detail::drain_slow();
+  if (__atomic_load_n(&g_deferred_maybe_pending, __ATOMIC_ACQUIRE)) [[unlikely]] {
+    drain_deferred_slow();
   }
 }
 

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/files.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "nccl/communicator_impl.hpp"
@@ -255,21 +256,12 @@ Communicator Communicator::from_file(const std::string& path, int world_size, in
   UniqueId id;
   if (rank == 0) {
     id = unique_id();
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out.write(reinterpret_cast<const char*>(id.bytes.data()), static_cast<std::streamsize>(id.bytes.size()));
-      if (!out) {
-        throw NcclError(result::system_error, "Communicator.from_file(): cannot write " + tmp +
-                                                  ": " + std::strerror(errno));
-      }
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);  // atomic: readers see the whole id or nothing
-    if (ec) {
-      fs::remove(tmp, ec);
+    // Through a sibling renamed over `path` (core/files.hpp): readers see the whole id or
+    // nothing.
+    const std::string_view bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+    if (const int err = detail::write_file_atomically(path, {bytes}); err != 0) {
       throw NcclError(result::system_error, "Communicator.from_file(): cannot create " + path +
-                                                ": " + ec.message());
+                                                ": " + std::strerror(err));
     }
   } else {
     const auto deadline = deadline_of(options.timeout);

@@ -130,7 +130,7 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
       detail::backend().memcpy_async(landing.data_ptr(), staged.data_ptr(), nbytes(), s);
       if (dd.is_cpu()) {
         detail::backend().stream_synchronize(s);  // host scatter needs the bytes
-        if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(s, cd.index);  // sanitizer
+        if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_stream(s, cd.index);  // sanitizer
       }
       cast_copy(*this, landing);
       if (dd.is_cuda()) keep_alive(s, {landing.storage()});
@@ -142,7 +142,7 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   if (non_blocking && (dd.is_cpu() || sd.is_cpu())) protect_async_ends(s, cd.index, storage_, src.storage());
   if (!non_blocking && (dd.is_cpu() || sd.is_cpu())) {
     detail::backend().stream_synchronize(s);
-    if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(s, cd.index);  // sanitizer
+    if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_stream(s, cd.index);  // sanitizer
   }
   return *this;
 }

@@ -17,7 +17,7 @@
 #include "cudakit/tensor.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/philox.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit::ops {
 
@@ -34,15 +34,16 @@ inline int code(DType t) { return static_cast<int>(t); }
 void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::function<void()> fn,
              const char* kernel = "ck_host_op");
 
-// The stream sanitizer's view of an op (src/sanitizer/hooks.hpp): before an op enqueues its
-// work on the current stream of device `d`, it names what it reads and writes (argument names
-// as torch's schemas; nullptr: the op's result). Off, this is one relaxed load; host tensors
-// are ignored. Throws CUDASanitizerErrors in raise mode, before anything is enqueued.
+// The stream sanitizer's view of an op (src/instrument/observers.hpp): before an op enqueues
+// its work on the current stream of device `d`, it names what it reads and writes (argument
+// names as torch's schemas; nullptr: the op's result). With nothing observing, this is one
+// load; host tensors are ignored. Throws CUDASanitizerErrors in raise mode, before anything
+// is enqueued.
 inline void sanitize(const char* kernel, const Device& d,
-                     std::initializer_list<detail::sanitizer::Operand> reads,
-                     std::initializer_list<detail::sanitizer::Operand> writes) {
-  if (detail::sanitizer::on()) [[unlikely]] {  // sanitizer
-    if (!d.is_cpu()) detail::sanitizer::op(kernel, stream_for(d), d.index, reads, writes);
+                     std::initializer_list<instrument::Operand> reads,
+                     std::initializer_list<instrument::Operand> writes) {
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] {  // sanitizer
+    if (!d.is_cpu()) o->op(kernel, stream_for(d), d.index, reads, writes);
   }
 }
 

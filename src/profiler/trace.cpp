@@ -280,7 +280,7 @@ void Trace::stop() {
   if (s.options.synchronize && !exiting && is_initialized()) {
     try {
       // graphs/live_captures.hpp: a device synchronize would invalidate live captures
-      if (!graphs_detail::synchronize_unless_capturing([&] { be.activity_synchronize(); })) {
+      if (!graphs::detail::synchronize_unless_capturing([&] { be.activity_synchronize(); })) {
         s.warnings.push_back("stop(): CUDA graph captures were in progress on other threads, so "
                              "the devices were not synchronized (it would invalidate those "
                              "captures): work still running is missing from the trace");

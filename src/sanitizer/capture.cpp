@@ -10,7 +10,7 @@
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 namespace {
 struct CaptureRec {
@@ -109,4 +109,4 @@ void graph_replayed(const std::shared_ptr<const void>& captured, StreamHandle s,
   run_access(site, s, device, ops.data(), static_cast<int>(ops.size()), /*distinct=*/true);
 }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

@@ -9,7 +9,7 @@
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 namespace {
 
@@ -298,11 +298,11 @@ void op(const char* kernel, StreamHandle s, int device, std::initializer_list<Op
   run_access(site, s, device, ops, n);
 }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail
 
 namespace cudakit::sanitizer {
 
-namespace ds = cudakit::detail::sanitizer;
+namespace ds = cudakit::sanitizer::detail;
 
 Buffer::Buffer(const Tensor& t, const char* name) : name(name) {
   std::uint64_t lo = 0, hi = 0;

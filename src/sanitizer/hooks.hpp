@@ -1,16 +1,12 @@
-// Instrumentation points of the stream sanitizer (include/cudakit/sanitizer.hpp), called by
-// the modules that issue device work, allocate device memory or synchronise. Every call site
-// has the same shape and a "// sanitizer" tag:
+// The stream sanitizer's side of the instrumentation floor (src/instrument/observers.hpp):
+// the functions its observer table points to. enable() installs the table and disable()
+// removes it (sanitizer.cpp), so the modules that issue work, allocate or synchronise reach
+// these only through instrument::stream_observer() and never include this header.
 //
-//     if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::op(...);  // sanitizer
-//
-// so a disabled sanitizer costs one relaxed atomic load and a not-taken branch, and the sites
-// are easy to find (grep "// sanitizer"). The functions here are called only when on() was
-// true, but tolerate a disable() racing with them.
-//
-// Thread-safety: every function may be called from any thread. op() throws
-// CUDASanitizerErrors in raise mode (before the work is enqueued); the others never throw
-// into their caller except op-like entry points documented so.
+// Thread-safety: every function may be called from any thread, and tolerates a disable()
+// racing with it. op() throws CUDASanitizerErrors in raise mode (before the work is
+// enqueued); the others never throw into their caller except op-like entry points documented
+// so.
 #pragma once
 
 #include <atomic>
@@ -20,28 +16,30 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "instrument/observers.hpp"
 
-namespace cudakit {
-class Tensor;
-}
+namespace cudakit::sanitizer::detail {
 
-namespace cudakit::detail::sanitizer {
+// The seam's names the sanitizer's code uses unqualified.
+using cudakit::detail::backend;
+using cudakit::detail::CaptureStatus;
+using cudakit::detail::EventHandle;
+using cudakit::detail::StreamHandle;
 
 extern std::atomic<bool> g_on;
 inline bool on() noexcept { return g_on.load(std::memory_order_relaxed); }
 
-// One operand of a built-in op: a tensor (its storage and the bytes its view covers). `name`
-// is the argument's name (a string literal); nullptr marks the op's result ("the output").
-struct Operand {
-  const Tensor* tensor;
-  const char* name;
-};
+using Operand = instrument::Operand;
 
 // A built-in op (`kernel`: a string literal, e.g. "add") about to be enqueued on stream `s` of
 // `device`: checks and records its reads and writes. Host tensors are ignored. Throws
 // CUDASanitizerErrors in raise mode, before anything is recorded.
 void op(const char* kernel, StreamHandle s, int device, std::initializer_list<Operand> reads,
         std::initializer_list<Operand> writes);
+// A raw-pointer copy or set just enqueued on `stream` (reads `src` unless null, writes
+// `dst`): declared as declare_access() declares a foreign kernel's buffers.
+void raw_access(const char* what, const void* src, void* dst, std::size_t bytes,
+                StreamRef stream);
 
 // ---- memory (src/memory) ----
 // `p` (n bytes of `device`) was handed out ordered on stream `s`. Never throws.
@@ -63,14 +61,13 @@ void stream_destroyed(StreamHandle s, int device) noexcept;
 void event_destroyed(EventHandle e) noexcept;
 
 // ---- graphs (src/graphs) ----
-// Called whatever on() says (cheap when no capture is registered): ops issued on a stream of
-// capture `id` are recorded into it instead of being checked.
+// Ops issued on a stream of capture `id` are recorded into it instead of being checked.
 void capture_begin(std::uint64_t id) noexcept;
 // The accesses captured (nullptr when the sanitizer was off at capture_begin). Also the way to
-// discard an aborted capture.
+// discard an aborted capture. Called also after disable() (through the installed table).
 std::shared_ptr<const void> capture_end(std::uint64_t id) noexcept;
 // A replay of a graph whose capture recorded `captured`, on stream `s` of `device`: its
 // accesses are checked and recorded as one op. Throws like op().
 void graph_replayed(const std::shared_ptr<const void>& captured, StreamHandle s, int device);
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

@@ -6,7 +6,7 @@
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 namespace {
 constexpr std::uintptr_t kRegion = std::uintptr_t{1} << Tracker::kRegionShift;
@@ -243,4 +243,4 @@ void stream_recorded(void* ptr, StreamHandle s, int device) noexcept {
   }
 }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

@@ -10,7 +10,7 @@
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 std::atomic<bool> g_on{false};
 
@@ -48,7 +48,38 @@ struct EnvSwitch {
     }
   }
 } g_env_switch;
+// What the modules report reaches the sanitizer through this table (instrument/observers.hpp),
+// installed while it is enabled.
+constexpr instrument::StreamObserver kObserver{
+    .op = op,
+    .raw_access = raw_access,
+    .allocated = allocated,
+    .freeing = freeing,
+    .stream_recorded = stream_recorded,
+    .event_recorded = event_recorded,
+    .stream_waited = stream_waited,
+    .host_waited_event = host_waited_event,
+    .host_waited_stream = host_waited_stream,
+    .host_waited_device = host_waited_device,
+    .stream_destroyed = stream_destroyed,
+    .event_destroyed = event_destroyed,
+    .capture_begin = capture_begin,
+    .capture_end = capture_end,
+    .graph_replayed = graph_replayed,
+};
 }  // namespace
+
+void raw_access(const char* what, const void* src, void* dst, std::size_t bytes,
+                StreamRef stream) {
+  if (!on()) return;
+  const cudakit::sanitizer::Buffer w(dst, bytes, "dst");
+  if (src != nullptr) {
+    const cudakit::sanitizer::Buffer r(src, bytes, "src");
+    cudakit::sanitizer::declare_access({r}, {w}, stream, what);
+  } else {
+    cudakit::sanitizer::declare_access({}, {w}, stream, what);
+  }
+}
 
 bool raise_mode() noexcept { return g_raise.load(std::memory_order_relaxed); }
 
@@ -76,11 +107,11 @@ void warn_from_free(const std::string& message) noexcept {
   }
 }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail
 
 namespace cudakit::sanitizer {
 
-namespace ds = cudakit::detail::sanitizer;
+namespace ds = cudakit::sanitizer::detail;
 
 void enable(OnRace mode) {
   std::lock_guard lock(ds::g_switch_mu);
@@ -88,11 +119,13 @@ void enable(OnRace mode) {
   if (ds::g_on.load()) return;
   ds::Tracker::get().clear();
   ds::g_on.store(true);
+  instrument::set_stream_observer(&ds::kObserver);
 }
 
 void disable() noexcept {
   std::lock_guard lock(ds::g_switch_mu);
   if (!ds::g_on.load()) return;
+  instrument::set_stream_observer(nullptr);
   ds::g_on.store(false);
   ds::Tracker::get().clear();
 }

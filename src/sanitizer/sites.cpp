@@ -19,7 +19,7 @@
 #include "memory/history.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 namespace {
 std::atomic<cudakit::sanitizer::PyCaptureHook> g_py_capture{nullptr};
@@ -223,4 +223,4 @@ std::string format_site(const Site* s, bool may_block) {
   return out;
 }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

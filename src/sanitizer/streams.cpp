@@ -4,7 +4,7 @@
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
 
 Tracker& Tracker::get() {
   static Tracker* t = new Tracker();  // never destroyed: hooks may run during exit
@@ -214,4 +214,4 @@ void stream_destroyed(StreamHandle s, int device) noexcept { Tracker::get().forg
 
 void event_destroyed(EventHandle e) noexcept { Tracker::get().forget_event(e); }
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

@@ -41,7 +41,13 @@
 #include "cudakit/python_stacks.hpp"
 #include "cudakit/sanitizer.hpp"
 
-namespace cudakit::detail::sanitizer {
+namespace cudakit::sanitizer::detail {
+
+// The seam's names the sanitizer's code uses unqualified (as in hooks.hpp).
+using cudakit::detail::backend;
+using cudakit::detail::CaptureStatus;
+using cudakit::detail::EventHandle;
+using cudakit::detail::StreamHandle;
 
 inline constexpr std::uint32_t kNoStream = 0xFFFFFFFFu;
 
@@ -230,4 +236,4 @@ bool capture_record(StreamHandle s, const Pending* ops, int n, const Site* site)
 void run_access(const Site* site, StreamHandle s, int device, Pending* ops, int n,
                 bool distinct = false);
 
-}  // namespace cudakit::detail::sanitizer
+}  // namespace cudakit::sanitizer::detail

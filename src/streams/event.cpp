@@ -5,7 +5,7 @@
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
 #include "devices/sync_debug.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit {
 
@@ -18,7 +18,7 @@ Event::Event(EventOptions options) : options_(options) {
 }
 
 Event::~Event() {
-  if (handle_ && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::event_destroyed(handle_);  // sanitizer
+  if (const auto* o = instrument::stream_observer(); handle_ && o) [[unlikely]] o->event_destroyed(handle_);  // sanitizer
   if (handle_ && !detail::is_shutting_down()) {
     try {
       detail::backend().event_destroy(handle_);
@@ -68,7 +68,7 @@ void Event::record(StreamRef stream) {
   } else {
     detail::backend().event_record(handle_, stream.handle());
   }
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::event_recorded(handle_, stream.handle(), stream.device());  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->event_recorded(handle_, stream.handle(), stream.device());  // sanitizer
 }
 
 void Event::record() { record(current_stream()); }
@@ -78,7 +78,7 @@ void Event::wait(StreamRef stream) const { stream.wait(*this); }
 bool Event::is_done() const {
   if (!handle_) return true;
   const bool done = detail::backend().event_query(handle_);
-  if (done && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_event(handle_);  // sanitizer
+  if (const auto* o = instrument::stream_observer(); done && o) [[unlikely]] o->host_waited_event(handle_);  // sanitizer
   return done;
 }
 
@@ -86,7 +86,7 @@ void Event::sync() const {
   if (!handle_) return;
   // Not a sync-debug report, as torch's CUDAEvent::synchronize.
   detail::backend().event_synchronize(handle_);
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_event(handle_);  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_event(handle_);  // sanitizer
 }
 
 float Event::elapsed_time(const Event& end) const {

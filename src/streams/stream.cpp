@@ -9,9 +9,8 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
-#include "cudakit/sanitizer.hpp"
 #include "devices/sync_debug.hpp"
-#include "sanitizer/hooks.hpp"
+#include "instrument/observers.hpp"
 
 namespace cudakit {
 namespace {
@@ -69,14 +68,8 @@ void check_copy_args(const char* what, void* dst, const void* src, std::size_t b
 // enqueue, as declare_access asks).
 void declare_raw(const char* what, const void* src, void* dst, std::size_t bytes,
                  StreamRef stream) {
-  if (!detail::sanitizer::on()) return;
-  const sanitizer::Buffer w(dst, bytes, "dst");
-  if (src != nullptr) {
-    const sanitizer::Buffer r(src, bytes, "src");
-    sanitizer::declare_access({r}, {w}, stream, what);
-  } else {
-    sanitizer::declare_access({}, {w}, stream, what);
-  }
+  if (const auto* o = instrument::stream_observer()) [[unlikely]]  // sanitizer
+    o->raw_access(what, src, dst, bytes, stream);
 }
 
 }  // namespace
@@ -135,7 +128,7 @@ StreamRef StreamRef::from_handle(detail::StreamHandle handle, int device) {
 
 bool StreamRef::is_done() const {
   const bool done = on_device_of(*this, [&] { return detail::backend().stream_query(handle_); });
-  if (done && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(handle_, device_);  // sanitizer
+  if (const auto* o = instrument::stream_observer(); done && o) [[unlikely]] o->host_waited_stream(handle_, device_);  // sanitizer
   return done;
 }
 
@@ -146,13 +139,13 @@ std::uint64_t StreamRef::id() const {
 void StreamRef::sync() const {
   detail::on_synchronizing_call("Stream.synchronize");
   on_device_of(*this, [&] { detail::backend().stream_synchronize(handle_); });
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::host_waited_stream(handle_, device_);  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_stream(handle_, device_);  // sanitizer
 }
 
 void StreamRef::wait(const Event& event) const {
   if (!event.is_created()) return;  // never recorded: nothing to wait for (as torch)
   on_device_of(*this, [&] { detail::backend().stream_wait_event(handle_, event.handle()); });
-  if (detail::sanitizer::on()) [[unlikely]] detail::sanitizer::stream_waited(handle_, device_, event.handle());  // sanitizer
+  if (const auto* o = instrument::stream_observer()) [[unlikely]] o->stream_waited(handle_, device_, event.handle());  // sanitizer
 }
 
 void StreamRef::wait(StreamRef other) const {
@@ -185,7 +178,7 @@ Stream::Stream(int device, int priority, bool non_blocking)
 }
 
 Stream::~Stream() {
-  if (handle_ && detail::sanitizer::on()) [[unlikely]] detail::sanitizer::stream_destroyed(handle_, device_);  // sanitizer
+  if (const auto* o = instrument::stream_observer(); handle_ && o) [[unlikely]] o->stream_destroyed(handle_, device_);  // sanitizer
   if (handle_ && !detail::is_shutting_down()) {
     try {
       detail::backend().stream_destroy(handle_);

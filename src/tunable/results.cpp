@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend/backend.hpp"
+#include "core/files.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "tunable/settings.hpp"
@@ -235,33 +236,23 @@ bool ResultsStore::read_file(const std::string& filename, bool strict) {
 }
 
 bool ResultsStore::write_text(const std::string& filename, const std::string& text) {
-  // Write a sibling and rename it over the file: a reader (or a crash) never sees half a file.
-  const std::string tmp = filename + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out.good()) {
-      out.close();
-      std::remove(tmp.c_str());
-      warn("could not write tuning results to '" + filename + "'");
-      return false;
-    }
-  }
-  bool renamed = false;
+  // Through a sibling renamed over the file (core/files.hpp): a reader (or a crash) never sees
+  // half a file. Under file_mu_, so the append stream is reset with the rename that replaced
+  // its file.
+  int err = 0;
   {
     std::lock_guard<std::mutex> fl(file_mu_);
-    renamed = std::rename(tmp.c_str(), filename.c_str()) == 0;
-    if (renamed && append_name_ == filename) {  // the append stream points at the replaced file
+    err = cudakit::detail::write_file_atomically(filename, {text});
+    if (err == 0 && append_name_ == filename) {  // the append stream points at the replaced file
       append_.close();
       append_name_.clear();
     }
   }
-  if (!renamed) {
-    std::remove(tmp.c_str());
-    warn("could not write tuning results to '" + filename + "'");
+  if (err != 0) {
+    warn("could not write tuning results to '" + filename + "': " + std::strerror(err));
+    return false;
   }
-  return renamed;
+  return true;
 }
 
 bool ResultsStore::write_file(const std::string& filename) {

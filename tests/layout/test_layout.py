@@ -13,7 +13,11 @@ and the walls around it:
      nothing from src/random/ (the ops <-> random include cycle stays broken);
   7. no header of src/backend/ reaches cudakit/tensor.hpp, directly or through the headers it
      includes (the seam speaks pointers and value types: every file that includes it would
-     compile the tensor API).
+     compile the tensor API);
+  8. the floors: src/core/ and src/instrument/ include only their own and public headers, and
+     no module of src/ outside src/sanitizer/ includes the sanitizer (private headers or
+     cudakit/sanitizer.hpp): modules report to it through src/instrument/observers.hpp;
+  9. no source file of src/ or python/ is over 800 lines.
 
 Rules look at code only: comments and string literals are stripped first, so prose that
 explains a rule ("never dlopen here") never trips it. Deliberate exceptions go in ALLOWED
@@ -176,7 +180,31 @@ def check_cpp(rel: str, text: str) -> list[tuple[str, int, str]]:
     if rel.startswith("src/ops/"):
         hit("ops-random-cycle", code, r'#\s*include\s*"random/',
             "src/ops/ must not include src/random/ (shared code lives in src/kernels/)")
+    for floor in ("core", "instrument"):
+        if rel.startswith(f"src/{floor}/"):
+            hit("floor-layering", code, rf'#\s*include\s*"(?!{floor}/|cudakit/)',
+                f"src/{floor}/ is a floor below the modules: it includes only {floor}/ and "
+                "public headers")
+    if rel.startswith("src/") and not rel.startswith("src/sanitizer/"):
+        hit("instrument-floor", code, r'#\s*include\s*"(?:sanitizer/|cudakit/sanitizer\.hpp")',
+            "a module includes the sanitizer: report through src/instrument/observers.hpp, "
+            "whose table the sanitizer installs")
     return found
+
+
+MAX_LINES = 800
+SIZE_SUFFIXES = CPP_SUFFIXES | {".py", ".js"}
+
+
+def oversized_files() -> list[str]:
+    out = []
+    for top in ("src", "python"):
+        for p in sorted((ROOT / top).rglob("*")):
+            if p.suffix in SIZE_SUFFIXES and p.is_file():
+                n = p.read_text(encoding="utf-8", errors="replace").count("\n")
+                if n > MAX_LINES:
+                    out.append(f"{p.relative_to(ROOT).as_posix()}: {n} lines")
+    return out
 
 
 def check_python(rel: str, text: str) -> list[tuple[str, int, str]]:
@@ -274,6 +302,12 @@ def test_tree_follows_the_layout_rules():
     assert not bad, "layout rules broken (docs/architecture.md):\n" + "\n".join(bad)
 
 
+def test_no_file_over_800_lines():
+    big = oversized_files()
+    assert not big, (f"files over {MAX_LINES} lines (split them by layer, docs/architecture.md):\n"
+                     + "\n".join(big))
+
+
 def test_allowed_exceptions_are_still_needed():
     """An exception whose file no longer breaks its rule must be removed from ALLOWED."""
     stale = []
@@ -312,6 +346,10 @@ def rules_hit(rel: str, snippet: str) -> set[str]:
     ("include/cudakit/x.hpp", "namespace cudakit {\nint f();\n}", "public-header"),
     ("src/kernels/x.hpp", '#include "ops/dispatch.hpp"', "kernels-layering"),
     ("src/ops/x.hpp", '#include "random/philox.hpp"', "ops-random-cycle"),
+    ("src/core/x.cpp", '#include "memory/history.hpp"', "floor-layering"),
+    ("src/instrument/x.hpp", '#include "backend/backend.hpp"', "floor-layering"),
+    ("src/streams/x.cpp", '#include "sanitizer/hooks.hpp"', "instrument-floor"),
+    ("src/memory/x.cpp", '#include "cudakit/sanitizer.hpp"', "instrument-floor"),
     ("python/cudakit/x.py", 'if _C.backend_name() == "cuda":\n    pass\n', "backend-name"),
     ("python/cudakit/x.py", "lib = ctypes.CDLL('libnvrtc.so')\n", "library-loading"),
 ])
@@ -333,6 +371,11 @@ def test_rules_catch(rel, snippet, rule):
     ("src/memory/x.cpp", 'msg = std::string(b.name()) + " backend has 2 devices";'),
     # dladdr (naming a code address) loads nothing.
     ("src/memory/x.cpp", "#include <dlfcn.h>\nDl_info i; dladdr(pc, &i);"),
+    # The floors use their own and public headers; the sanitizer includes its own.
+    ("src/instrument/x.hpp", '#include "instrument/observers.hpp"\n#include "cudakit/stream.hpp"'),
+    ("src/core/x.cpp", '#include "core/files.hpp"'),
+    ("src/sanitizer/x.cpp", '#include "sanitizer/hooks.hpp"\n#include "cudakit/sanitizer.hpp"'),
+    ("src/streams/x.cpp", '#include "instrument/observers.hpp"'),
     # Inside the seam everything is allowed.
     ("src/backend/cuda/x.cpp", '#include <cuda.h>\nvoid* h = dlopen("libcuda.so.1", 0);'),
     ("include/cudakit/x.hpp", '#include "cudakit/export.hpp"\nnamespace CUDAKIT_API cudakit {\n}'),

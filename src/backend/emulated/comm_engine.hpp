@@ -29,6 +29,10 @@
 // peer); robust mutexes for liveness (they track threads, and a rank's thread may exit
 // normally); kill(pid, 0) alone (true for a zombie whose parent has not reaped it yet).
 //
+// Files, by layer: comm_segment.hpp/.cpp (the segment's layout, futex waits, peer liveness,
+// barrier, ids, making and joining segments), comm_engine.cpp (a communicator's life, the
+// collectives, groups), comm_p2p.cpp (send/recv over the FIFOs).
+//
 // Thread-safety: EmulatedComm methods may be called from any thread; the group state is per
 // thread.
 #pragma once
