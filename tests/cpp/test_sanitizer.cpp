@@ -287,6 +287,28 @@ TEST_F(Sanitizer, GraphReplayMakesTheCapturedAccesses) {
   EXPECT_EQ(sum(y).item().d, 128.0);
 }
 
+// The sanitizer switched off during a capture and on again before the replay: the capture's
+// end still reaches it (src/instrument/observers.hpp: installed_stream_observer), so the
+// graph keeps what was recorded while it was on, and its replays are checked.
+TEST_F(Sanitizer, CaptureEndedAfterDisableKeepsItsAccesses) {
+  Tensor x = dev_ones(64);
+  Tensor y;
+  CUDAGraph g;
+  capture(g, [&] {
+    y = x * 2.0;
+    san::disable();
+  });
+  san::enable(san::OnRace::raise);
+  Stream reader;
+  g.replay();  // on the default stream: writes y
+  {
+    StreamGuard guard(reader);
+    EXPECT_THROW(sum(y), san::CUDASanitizerErrors);
+  }
+  reader.wait(current_stream());
+  synchronize();
+}
+
 TEST_F(Sanitizer, CopiesAndBlockingTransfers) {
   Stream other;
   Tensor x = dev_ones(16);
