@@ -146,13 +146,20 @@ Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
 // Kernel loading. A candidate's first launch loads its kernel (CUDA lazy loading): 2.4-4.8
 // ms of host time per cuBLASLt kernel on the H200 host, so probing 19 candidates of a bf16
 // 16x4096x4096 product took 39 ms of host time for 0.5 ms of GPU work (torch, timing only
-// its already loaded Default: 7 ms in all). The first runs are spread over a few threads so
-// that the loads can overlap; their results are discarded, and failures are left for the
-// probe below to report (it runs every candidate again, untimed, before timing it).
+// its already loaded Default: 7 ms in all). So candidates are loaded in the backend's order
+// of promise (the cuBLASLt heuristic's ranking), in waves of kLoadThreads first runs spread
+// over threads so that the loads overlap, and no further wave starts once the loading has
+// taken longer than the finals are expected to (load_budget_ms): on small products, where
+// timing is cheap, only the most promising candidates are loaded at all. The first runs'
+// results are discarded, and failures are left for the probe below to report (it runs
+// every candidate again, untimed, before timing it).
 constexpr std::size_t kLoadThreads = 4;
+// The loading budget is never below this: one wave of loads (~5-8 ms on the H200 host when
+// four loads overlap) always fits.
+constexpr double kMinLoadBudgetMs = 5.0;
 
-void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, int device, StreamHandle s,
-                            const GemmArgs& g, const Operands& o);
+void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, std::size_t begin, std::size_t end,
+                            int device, StreamHandle s, const GemmArgs& g, const Operands& o);
 
 // Runs `plan` `times` times, cycling through the sets.
 void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandSets& sets,
@@ -160,15 +167,16 @@ void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandS
   for (int i = 0; i < times; ++i) plan.run(s, with(g, sets.take()), ws.get());
 }
 
-void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, int device, StreamHandle s,
-                            const GemmArgs& g, const Operands& o) {
-  // Default (first) is left out: the backend's GEMM shares one library handle per device,
-  // whose stream is set per call.
-  const std::size_t threads = std::min(kLoadThreads, (plans.size() - 1) / 2);
-  if (threads < 2) return;
-  std::atomic<std::size_t> next{1};
+void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, std::size_t begin, std::size_t end,
+                            int device, StreamHandle s, const GemmArgs& g, const Operands& o) {
+  // Never Default (plans[0]): the backend's GEMM shares one library handle per device, whose
+  // stream is set per call; it has had its first run already.
+  begin = std::max<std::size_t>(begin, 1);
+  if (begin >= end) return;
+  const std::size_t threads = std::min(kLoadThreads, end - begin);
+  std::atomic<std::size_t> next{begin};
   auto work = [&]() noexcept {
-    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < plans.size();) {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
       try {
         const Allocation ws = workspace_for(*plans[i], device, s);
         plans[i]->run(s, with(g, o), ws.get());
@@ -320,6 +328,15 @@ std::int64_t rotating_bytes(int device) {
   return static_cast<std::int64_t>(mb) << 20;
 }
 
+// How long loading candidates' kernels may take: what the finals are expected to take
+// (kFinalsBudget solutions' budget at Default's speed), at least kMinLoadBudgetMs. So a
+// product whose timing is cheap does not spend ten times as long loading kernels (H200,
+// bf16 16x4096x4096: ~70 candidates, 31-48 ms of tuning for a 10-20 us product, torch 4-7 ms),
+// and a large one still tries as many candidates as before.
+double load_budget(double default_ms) {
+  return std::max(kMinLoadBudgetMs, tuning_iterations(default_ms) * default_ms * kFinalsBudget);
+}
+
 }  // namespace
 
 std::unique_lock<std::mutex> tuning_lock() {
@@ -364,7 +381,39 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     double first_run_host_ms = 0;  // the untimed first run: kernel loading shows here
   };
   std::vector<Probe> probes;
-  first_runs_in_parallel(all, device, s, g, sets.sets.front());
+  // Default first: its first run (loading the backend's own kernel), then kProbeIterations
+  // timed runs, whose time sizes the loading budget (see kLoadThreads).
+  const GemmPlan& fallback_plan = *all.front();  // candidates(): Default is first
+  double default_ms = 0;
+  {
+    run_times(fallback_plan, s, g, sets, 1, Allocation());
+    const EventHandle a = events.make(), b = events.make();
+    backend().event_record(a, s);
+    run_times(fallback_plan, s, g, sets, kProbeIterations, Allocation());
+    backend().event_record(b, s);
+    backend().event_synchronize(b);
+    default_ms = backend().event_elapsed_ms(a, b) / kProbeIterations;
+  }
+  const double load_budget_ms = load_budget(default_ms);
+  double load_ms = 0;
+  std::size_t loaded = 1;
+  {
+    PhaseClock loading;
+    while (loaded < all.size()) {
+      const std::size_t end = std::min(all.size(), loaded + kLoadThreads);
+      first_runs_in_parallel(all, loaded, end, device, s, g, sets.sets.front());
+      loaded = end;
+      load_ms += loading.lap();
+      if (load_ms >= load_budget_ms) break;
+    }
+  }
+  if (loaded < all.size()) {
+    log(2, "kernel loading took " + ms_text(load_ms) + " for " + std::to_string(loaded - 1) +
+               " candidates (budget " + ms_text(load_budget_ms) + ", Default " +
+               std::to_string(default_ms) + " ms): the " + std::to_string(all.size() - loaded) +
+               " less promising candidates are not tried");
+    all.resize(loaded);
+  }
   for (GemmPlanPtr& p : all) {
     Probe pr{p};
     try {
