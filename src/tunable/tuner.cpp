@@ -449,6 +449,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     int iterations = 0, timed = 0;
     double ms = 0;
     std::vector<std::pair<EventHandle, EventHandle>> rounds;
+    std::pair<EventHandle, EventHandle> warmup{nullptr, nullptr};  // logged, not used
   };
   std::vector<Finalist> finals;
   const double best_probe = probes.front().ms;
@@ -485,19 +486,31 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   }
   // Rounds alternate the order (A B C D, D C B A, A B C D, ...), so a clock that drifts
   // during the finals favours no position, and each finalist's time is the median of its
-  // rounds' averages, so one disturbed round does not decide. An untimed run of every
-  // finalist first keeps the GPU busy while the timed rounds are queued. (H200: Default,
-  // first in the finals, was timed 5-17% slower there than it runs afterwards; with two
-  // rounds in opposite order still 4-7% on 8192^3, fewer runs giving more.)
+  // rounds' averages, so one disturbed round does not decide. (H200: Default, first in the
+  // finals, was timed 5-17% slower there than it runs afterwards, with a single untimed run
+  // of each finalist before the timed rounds; with two rounds in opposite order still 4-7%
+  // on 8192^3, fewer runs giving more. Hence the warm-up round below.)
   for (Finalist& f : finals) {
     for (int r = 0; r < kFinalRounds; ++r) f.rounds.emplace_back(events.make(), events.make());
   }
-  for (Finalist& f : finals) run_times(*f.plan, s, g, sets, 1, f.workspace);
+  // Warm-up round, untimed: the same runs as a timed round, in the order of round 1 (D C B
+  // A), so that every finalist has just run `share` times when its first timed round starts
+  // (Default, first in round 0, right before it) and the GPU is in the state the timed
+  // rounds see, whichever finalist comes first. It takes one share of the same budget.
+  // Its time per run is logged beside the timed rounds' (verbosity 3): a warm-up much slower
+  // than the rounds shows what the previous single untimed run left in the first round.
+  for (Finalist& f : finals) f.warmup = {events.make(), events.make()};
+  for (std::size_t k = finals.size(); k-- > 0;) {
+    Finalist& f = finals[k];
+    backend().event_record(f.warmup.first, s);
+    run_times(*f.plan, s, g, sets, std::max(1, f.iterations / (kFinalRounds + 1)), f.workspace);
+    backend().event_record(f.warmup.second, s);
+  }
   EventHandle last = nullptr;
   for (int r = 0; r < kFinalRounds; ++r) {
     for (std::size_t k = 0; k < finals.size(); ++k) {
       Finalist& f = finals[r % 2 == 0 ? k : finals.size() - 1 - k];
-      const int share = std::max(1, f.iterations / kFinalRounds);
+      const int share = std::max(1, f.iterations / (kFinalRounds + 1));
       auto [start, end] = f.rounds[static_cast<std::size_t>(r)];
       backend().event_record(start, s);
       run_times(*f.plan, s, g, sets, share, f.workspace);
@@ -518,7 +531,9 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     for (double v : per_run) rounds += (rounds.empty() ? "" : " ") + std::to_string(v);
     log(3, "final " + f.plan->name() + ": " + std::to_string(f.ms) + " ms, median of " +
                std::to_string(kFinalRounds) + " rounds of " + std::to_string(share) +
-               " runs (sorted: " + rounds + ")");
+               " runs (sorted: " + rounds + "; warm-up round " +
+               std::to_string(backend().event_elapsed_ms(f.warmup.first, f.warmup.second) / share) +
+               ")");
   }
   const Finalist* winner = nullptr;
   const Finalist* fallback = nullptr;  // Default

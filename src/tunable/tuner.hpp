@@ -22,9 +22,10 @@
 //   4. Finals: Default, and the candidates within kFinalistRatio of the best probe (at most
 //      kFinalists in all) share kFinalsBudget times torch's per-solution budget
 //      (get_max_tuning_duration / iterations, warm-up settings; at least
-//      kMinFinalIterations runs each). After one untimed run of each, they are timed in
-//      kFinalRounds rounds of alternating order (A B C D, D C B A, ...) so clock drift
-//      favours none of them; a finalist's time is the median of its rounds' averages. The lowest wins, but replaces Default only when it is faster by more
+//      kMinFinalIterations runs each), split into kFinalRounds + 1 rounds: one untimed
+//      warm-up round, then kFinalRounds timed rounds of alternating order (A B C D, D C B A,
+//      ...) so clock drift favours none of them; a finalist's time is the median of its
+//      rounds' averages. The lowest wins, but replaces Default only when it is faster by more
 //      than kDefaultMargin (so that timing noise does not make a tuned GEMM slower than the
 //      untuned one).
 // Torch times every candidate for the full budget; here kFinalsBudget candidates' budget is
