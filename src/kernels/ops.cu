@@ -290,13 +290,33 @@ __device__ void sum_partial(const void* in, const OffsetCalc<1>& calc, std::int6
   A acc = acc_zero<A>();
   constexpr int V = kVecWidth<T>;
   if (V > 1 && calc.ndim == 1 && calc.strides[0][0] == 1 && aligned16(x)) {
-    // Dense input: 16-byte loads, then the scalar tail.
-    std::int64_t nv = n / V;
-    for (std::int64_t i = gtid(); i < nv; i += gstride()) {
-      Vec<T, V> v = reinterpret_cast<const Vec<T, V>*>(x)[i];
+    // Dense input: 16-byte loads, four in flight per thread before the first use (one per
+    // iteration left each thread waiting a full memory latency per 16 bytes), each into its
+    // own accumulator, then the remaining vectors and the scalar tail.
+    const std::int64_t nv = n / V;
+    const std::int64_t stride = gstride();
+    const Vec<T, V>* xv = reinterpret_cast<const Vec<T, V>*>(x);
+    constexpr int U = 4;
+    A part[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) part[u] = acc_zero<A>();
+    std::int64_t i = gtid();
+    for (; i + (U - 1) * stride < nv; i += U * stride) {
+      Vec<T, V> v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = xv[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < V; ++k) part[u] = acc_add(part[u], to_acc<T, A>(v[u].v[k]));
+    }
+    for (; i < nv; i += stride) {
+      Vec<T, V> v = xv[i];
 #pragma unroll
       for (int k = 0; k < V; ++k) acc = acc_add(acc, to_acc<T, A>(v.v[k]));
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc = acc_add(acc, part[u]);
     for (std::int64_t i = nv * V + gtid(); i < n; i += gstride()) acc = acc_add(acc, to_acc<T, A>(x[i]));
   } else {
     std::int64_t off[1];
