@@ -401,8 +401,10 @@ class Backend {
   // ---- GEMM tuning (src/tunable; defaults: nothing to tune) ----
   // The implementations worth timing for `problem` on `device`, besides gemm() itself (cuda:
   // the cuBLASLt heuristic's algorithms for several workspace limits and split-K variants of
-  // them; emulated: blocked CPU loops). Each plan's name() is unique in the list. Empty when
-  // the backend has none or its library is missing (optional_libraries() says why).
+  // them; emulated: blocked CPU loops). Each plan's name() is unique in the list. Ordered by
+  // promise, most promising first: the tuner may try only a prefix (loading each candidate's
+  // kernel costs host time). Empty when the backend has none or its library is missing
+  // (optional_libraries() says why).
   virtual std::vector<GemmPlanPtr> gemm_candidates(int device, const GemmArgs& problem) {
     return {};
   }

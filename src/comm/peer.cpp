@@ -27,25 +27,11 @@ std::atomic<signed char>& pair_state(int from, int to) {
   return states[static_cast<std::size_t>(from * kMaxDevices + to)];
 }
 
-// Kernel handles per device: slot 0 the copy, 1 + dtype code the reductions.
-std::atomic<FunctionHandle>& handle_slot(int device, int slot) {
-  static std::array<std::array<std::atomic<FunctionHandle>, 1 + kNumDTypes>, kMaxDevices> t{};
-  return t[static_cast<std::size_t>(device)][static_cast<std::size_t>(slot)];
-}
-
-FunctionHandle kernel(int device, int slot, const std::string& name) {
-  auto& h = handle_slot(device, slot);
-  FunctionHandle f = h.load(std::memory_order_acquire);
-  if (!f) {
-    f = ops::get_kernel(device, ops::KernelModule::comm, name.c_str());
-    h.store(f, std::memory_order_release);
-  }
-  return f;
-}
-
+// Kernel slots of the comm module: 0 the copy, 1 + dtype code the reductions.
+static_assert(1 + kNumDTypes <= ops::kKernelSlotsPerModule, "comm kernel slots");
 // One resident wave (the kernels loop over the data): more blocks would only queue behind it.
 Dim3 grid(int device, std::int64_t vectors, int blocks_per_sm) {
-  const std::int64_t sms = std::max(1, get_device_properties(device).multi_processor_count);
+  const std::int64_t sms = ops::multiprocessor_count(device);
   const std::int64_t need = (vectors + std::int64_t{kBlock} * kUnroll - 1) / (std::int64_t{kBlock} * kUnroll);
   return Dim3{static_cast<unsigned>(std::clamp<std::int64_t>(need, 1, sms * blocks_per_sm)), 1, 1};
 }
@@ -100,7 +86,7 @@ void peer_copy(int src_device, const void* src, const std::vector<void*>& dsts, 
     }, "ck_peer_copy");
     return;
   }
-  FunctionHandle f = kernel(src_device, 0, "ck_peer_copy");
+  FunctionHandle f = ops::cached_kernel(src_device, ops::KernelModule::comm, 0, [] { return std::string("ck_peer_copy"); });
   void* params[] = {&a};
   DeviceGuard guard(src_device);  // the function belongs to src_device's context
   backend().launch_kernel(f, grid(src_device, a.bytes / 16 + 1, kCopyBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
@@ -128,7 +114,9 @@ void peer_reduce(int dst_device, void* out, const std::vector<const void*>& inpu
     }, "ck_peer_reduce");
     return;
   }
-  FunctionHandle f = kernel(dst_device, 1 + code, std::string("ck_peer_reduce_") + ops::dtype_suffix(code));
+  FunctionHandle f = ops::cached_kernel(dst_device, ops::KernelModule::comm, 1 + code, [code] {
+    return std::string("ck_peer_reduce_") + ops::dtype_suffix(code);
+  });
   void* params[] = {&a};
   DeviceGuard guard(dst_device);
   const std::int64_t per_vec = element_size(dtype) >= 16 ? 1 : 16 / static_cast<std::int64_t>(element_size(dtype));

@@ -290,13 +290,33 @@ __device__ void sum_partial(const void* in, const OffsetCalc<1>& calc, std::int6
   A acc = acc_zero<A>();
   constexpr int V = kVecWidth<T>;
   if (V > 1 && calc.ndim == 1 && calc.strides[0][0] == 1 && aligned16(x)) {
-    // Dense input: 16-byte loads, then the scalar tail.
-    std::int64_t nv = n / V;
-    for (std::int64_t i = gtid(); i < nv; i += gstride()) {
-      Vec<T, V> v = reinterpret_cast<const Vec<T, V>*>(x)[i];
+    // Dense input: 16-byte loads, four in flight per thread before the first use (one per
+    // iteration left each thread waiting a full memory latency per 16 bytes), each into its
+    // own accumulator, then the remaining vectors and the scalar tail.
+    const std::int64_t nv = n / V;
+    const std::int64_t stride = gstride();
+    const Vec<T, V>* xv = reinterpret_cast<const Vec<T, V>*>(x);
+    constexpr int U = 4;
+    A part[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) part[u] = acc_zero<A>();
+    std::int64_t i = gtid();
+    for (; i + (U - 1) * stride < nv; i += U * stride) {
+      Vec<T, V> v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = xv[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < V; ++k) part[u] = acc_add(part[u], to_acc<T, A>(v[u].v[k]));
+    }
+    for (; i < nv; i += stride) {
+      Vec<T, V> v = xv[i];
 #pragma unroll
       for (int k = 0; k < V; ++k) acc = acc_add(acc, to_acc<T, A>(v.v[k]));
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc = acc_add(acc, part[u]);
     for (std::int64_t i = nv * V + gtid(); i < n; i += gstride()) acc = acc_add(acc, to_acc<T, A>(x[i]));
   } else {
     std::int64_t off[1];
@@ -321,52 +341,162 @@ __device__ void sum_final(const void* partials, int count, void* out) {
   }
 }
 
-// ---- contiguous fast path: E elements per thread per iteration ----
-// E = min(16, 64 / widest element): up to four 16-byte loads in flight per thread before
-// the first use (the single-vector loop left relu at 87% of copy bandwidth). Launched with
-// exactly one wave: __launch_bounds__(256, kContigBlocksPerSm) and the host's grid of
-// SMs x kContigBlocksPerSm blocks (src/ops/cuda_kernels.cpp), so no partial second wave.
-// The host checks 16-byte alignment of both pointers before choosing these kernels.
-constexpr int kContigBlocksPerSm = 4;
+// ---- contiguous fast paths: one tile per block ----
+// Each block of kTileThreads threads maps one tile of kTileThreads x kTileVecs 16-byte
+// vectors (on the wider of the two types; 16 KiB of float32) and exits; the grid covers the
+// tensor (host: tile_grid in src/ops/cuda_kernels.cpp), so the hardware hands tiles out in
+// address order to whichever SM has room. The earlier one-wave grid-stride loop (H200, 1 GiB
+// fp32: relu 3.96, add 4.03 TB/s against torch's tile-per-block 4.23 / 4.33, and fill 4.24
+// against 4.62) lets the SMs drift apart over ~250 iterations, spreading the accesses in
+// flight over more of memory than a tight window of consecutive tiles.
+// Inside a tile: consecutive threads take consecutive vectors (warp accesses coalesced),
+// each thread's kTileVecs loads are all issued before the first use, and offsets are 32-bit
+// from the tile's base (one 64-bit multiply per block).
+// The host checks 16-byte alignment of every pointer before choosing these kernels.
+constexpr int kTileThreads = 256;  // = the host's kBlock
+constexpr int kTileVecs = 4;       // = the host's kTileVecs
 
 template <class T, int N>
 struct alignas((N * sizeof(T)) >= 16 ? 16 : (N * sizeof(T))) Pack { T v[N]; };
 
-// Coalesced: consecutive threads take consecutive 16-byte vectors (on the wider of the two
-// types), and each thread keeps U independent vectors in flight. (A thread owning 64
-// contiguous bytes made each warp-wide access stride 64 bytes: relu ran at 2.65 TB/s.)
+template <class S, class D>
+struct TileShape {
+  static constexpr int M = sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D);
+  static constexpr int V = 16 / M;  // elements per vector
+};
+
+__device__ __forceinline__ std::int64_t tile_first_vec() {
+  return static_cast<std::int64_t>(blockIdx.x) * (kTileThreads * kTileVecs);
+}
+
+// out[i] = f(x[i]) (S -> D).
 template <class S, class D, class F>
-__device__ __forceinline__ void map_contig(const S* __restrict__ x, D* __restrict__ out, std::int64_t n, F f) {
-  constexpr int M = sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D);
-  constexpr int V = 16 / M;  // elements per vector
-  constexpr int U = 4;       // vectors in flight per thread
+__device__ __forceinline__ void tile_map(const S* __restrict__ x, D* __restrict__ out, std::int64_t n, F f) {
+  constexpr int V = TileShape<S, D>::V;
   using VS = Pack<S, V>;
   using VD = Pack<D, V>;
-  const VS* xv = reinterpret_cast<const VS*>(x);
-  VD* ov = reinterpret_cast<VD*>(out);
   const std::int64_t nv = n / V;
-  const std::int64_t stride = gstride();
-  std::int64_t i = gtid();
-  for (; i + (U - 1) * stride < nv; i += U * stride) {
-    VS in[U];
+  const std::int64_t base = tile_first_vec();
+  const VS* xv = reinterpret_cast<const VS*>(x) + base + threadIdx.x;
+  VD* ov = reinterpret_cast<VD*>(out) + base + threadIdx.x;
+  const std::int64_t left = nv - base - threadIdx.x;  // vectors from this thread's first on
+  if (left > (kTileVecs - 1) * kTileThreads) {  // the whole tile: no bounds checks
+    VS in[kTileVecs];
 #pragma unroll
-    for (int u = 0; u < U; ++u) in[u] = xv[i + u * stride];
+    for (int u = 0; u < kTileVecs; ++u) in[u] = xv[u * kTileThreads];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < kTileVecs; ++u) {
       VD o;
 #pragma unroll
       for (int k = 0; k < V; ++k) o.v[k] = f(in[u].v[k]);
-      ov[i + u * stride] = o;
+      ov[u * kTileThreads] = o;
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kTileVecs; ++u) {
+      if (u * kTileThreads < left) {
+        const VS in = xv[u * kTileThreads];
+        VD o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = f(in.v[k]);
+        ov[u * kTileThreads] = o;
+      }
     }
   }
-  for (; i < nv; i += stride) {
-    VS in = xv[i];
-    VD o;
+  if (blockIdx.x == gridDim.x - 1)  // the n % V elements after the last vector
+    for (std::int64_t j = nv * V + threadIdx.x; j < n; j += kTileThreads) out[j] = f(x[j]);
+}
+
+// out[i] = f(x[i], y[i]), one type.
+template <class T, class F>
+__device__ __forceinline__ void tile_zip(const T* __restrict__ x, const T* __restrict__ y, T* __restrict__ out,
+                                         std::int64_t n, F f) {
+  constexpr int V = TileShape<T, T>::V;
+  using VT = Pack<T, V>;
+  const std::int64_t nv = n / V;
+  const std::int64_t base = tile_first_vec();
+  const VT* xv = reinterpret_cast<const VT*>(x) + base + threadIdx.x;
+  const VT* yv = reinterpret_cast<const VT*>(y) + base + threadIdx.x;
+  VT* ov = reinterpret_cast<VT*>(out) + base + threadIdx.x;
+  const std::int64_t left = nv - base - threadIdx.x;
+  if (left > (kTileVecs - 1) * kTileThreads) {
+    VT a[kTileVecs], b[kTileVecs];
 #pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = f(in.v[k]);
-    ov[i] = o;
+    for (int u = 0; u < kTileVecs; ++u) {
+      a[u] = xv[u * kTileThreads];
+      b[u] = yv[u * kTileThreads];
+    }
+#pragma unroll
+    for (int u = 0; u < kTileVecs; ++u) {
+      VT o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = f(a[u].v[k], b[u].v[k]);
+      ov[u * kTileThreads] = o;
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kTileVecs; ++u) {
+      if (u * kTileThreads < left) {
+        const VT a = xv[u * kTileThreads], b = yv[u * kTileThreads];
+        VT o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = f(a.v[k], b.v[k]);
+        ov[u * kTileThreads] = o;
+      }
+    }
   }
-  for (std::int64_t j = nv * V + gtid(); j < n; j += stride) out[j] = f(x[j]);
+  if (blockIdx.x == gridDim.x - 1)
+    for (std::int64_t j = nv * V + threadIdx.x; j < n; j += kTileThreads) out[j] = f(x[j], y[j]);
+}
+
+// Contiguous binary arithmetic (tensor-tensor or tensor-number): the op is uniform, so it is
+// chosen once here and each loop body is one operation.
+template <class T, int Op>
+__device__ __forceinline__ void binary_contig_op(const BinaryArgs& a) {
+  using C = compute_type<T>;
+  T* out = static_cast<T*>(a.out);
+  const T* x = static_cast<const T*>(a.a);
+  if (a.scalar == kNoScalar) {
+    tile_zip(x, static_cast<const T*>(a.b), out, a.n,
+             [](T p, T q) { return store_c<T>(binary_apply<C>(Op, load_c(p), load_c(q))); });
+    return;
+  }
+  const C s = scalar_get<C>(a.value);
+  if (a.scalar == kScalarOther) tile_map(x, out, a.n, [s](T p) { return store_c<T>(binary_apply<C>(Op, load_c(p), s)); });
+  else tile_map(x, out, a.n, [s](T p) { return store_c<T>(binary_apply<C>(Op, s, load_c(p))); });
+}
+
+template <class T>
+__device__ void binary_contig(const BinaryArgs& a) {
+  switch (a.op) {
+    case kAdd: binary_contig_op<T, kAdd>(a); break;
+    case kSub: binary_contig_op<T, kSub>(a); break;
+    case kMul: binary_contig_op<T, kMul>(a); break;
+    default: binary_contig_op<T, kDiv>(a); break;
+  }
+}
+
+// Contiguous fill, one tile per block (only stores: kTileVecs 16-byte stores per thread).
+template <int ES>
+__device__ void fill_contig(const FillArgs& a) {
+  using E = Elem<ES>;
+  E val;
+  memcpy(&val, a.value, ES);
+  constexpr int V = 16 / ES;
+  using VE = Pack<E, V>;
+  VE vv;
+#pragma unroll
+  for (int k = 0; k < V; ++k) vv.v[k] = val;
+  E* out = static_cast<E*>(a.out);
+  const std::int64_t nv = a.n / V;
+  const std::int64_t base = tile_first_vec();
+  VE* ov = reinterpret_cast<VE*>(out) + base + threadIdx.x;
+  const std::int64_t left = nv - base - threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < kTileVecs; ++u)
+    if (u * kTileThreads < left) ov[u * kTileThreads] = vv;
+  if (blockIdx.x == gridDim.x - 1)
+    for (std::int64_t j = nv * V + threadIdx.x; j < a.n; j += kTileThreads) out[j] = val;
 }
 
 template <class T>
@@ -375,8 +505,8 @@ __device__ void unary_contig(void* out, const void* x, std::int64_t n, int op) {
   const T* in = static_cast<const T*>(x);
   T* o = static_cast<T*>(out);
   // The op is uniform: branch once, outside the loop.
-  if (op == kNeg) map_contig(in, o, n, [](T v) { return store_c<T>(unary_apply<C>(kNeg, load_c(v))); });
-  else map_contig(in, o, n, [](T v) { return store_c<T>(unary_apply<C>(kRelu, load_c(v))); });
+  if (op == kNeg) tile_map(in, o, n, [](T v) { return store_c<T>(unary_apply<C>(kNeg, load_c(v))); });
+  else tile_map(in, o, n, [](T v) { return store_c<T>(unary_apply<C>(kRelu, load_c(v))); });
 }
 
 template <class S> __device__ __forceinline__ auto load_value(S v) {
@@ -386,7 +516,7 @@ template <class S> __device__ __forceinline__ auto load_value(S v) {
 
 template <class D, class S>
 __device__ void cast_contig(void* out, const void* x, std::int64_t n) {
-  map_contig(static_cast<const S*>(x), static_cast<D*>(out), n, [](S v) { return convert<D>(load_value(v)); });
+  tile_map(static_cast<const S*>(x), static_cast<D*>(out), n, [](S v) { return convert<D>(load_value(v)); });
 }
 
 }  // namespace
@@ -417,19 +547,26 @@ extern "C" __global__ void __launch_bounds__(256) ck_fill_2(FillArgs a) { fill_k
 extern "C" __global__ void __launch_bounds__(256) ck_fill_4(FillArgs a) { fill_kernel<4>(a); }
 extern "C" __global__ void __launch_bounds__(256) ck_fill_8(FillArgs a) { fill_kernel<8>(a); }
 extern "C" __global__ void __launch_bounds__(256) ck_fill_16(FillArgs a) { fill_kernel<16>(a); }
+extern "C" __global__ void __launch_bounds__(kTileThreads) ck_fillc_1(FillArgs a) { fill_contig<1>(a); }
+extern "C" __global__ void __launch_bounds__(kTileThreads) ck_fillc_2(FillArgs a) { fill_contig<2>(a); }
+extern "C" __global__ void __launch_bounds__(kTileThreads) ck_fillc_4(FillArgs a) { fill_contig<4>(a); }
+extern "C" __global__ void __launch_bounds__(kTileThreads) ck_fillc_8(FillArgs a) { fill_contig<8>(a); }
+extern "C" __global__ void __launch_bounds__(kTileThreads) ck_fillc_16(FillArgs a) { fill_contig<16>(a); }
 
-// Contiguous fast paths (real dtypes): ck_unaryc_<t>, ck_castc_<dst>_<src>.
+// Contiguous fast paths (real dtypes), one tile per block: ck_unaryc_<t>, ck_binaryc_<t>,
+// ck_castc_<dst>_<src>; grid = tiles (src/ops/cuda_kernels.cpp, tile_grid).
 #define CK_FOR_EACH_REAL(X) \
   X(b8, bool) X(u8, std::uint8_t) X(i8, std::int8_t) X(i16, std::int16_t) X(i32, std::int32_t) \
   X(i64, std::int64_t) X(f16, Half) X(bf16, BFloat16) X(f32, float) X(f64, double)
 
 #define CK_DEFINE_UNARYC(sfx, T)                                                                  \
-  extern "C" __global__ void __launch_bounds__(256, kContigBlocksPerSm) ck_unaryc_##sfx(          \
-      void* out, const void* x, std::int64_t n, int op) { unary_contig<T>(out, x, n, op); }
+  extern "C" __global__ void __launch_bounds__(kTileThreads) ck_unaryc_##sfx(                     \
+      void* out, const void* x, std::int64_t n, int op) { unary_contig<T>(out, x, n, op); }        \
+  extern "C" __global__ void __launch_bounds__(kTileThreads) ck_binaryc_##sfx(BinaryArgs a) { binary_contig<T>(a); }
 CK_FOR_EACH_REAL(CK_DEFINE_UNARYC)
 
 #define CK_DEFINE_CASTC_SRC(ssfx, S, dsfx, D)                                                     \
-  extern "C" __global__ void __launch_bounds__(256, kContigBlocksPerSm) ck_castc_##dsfx##_##ssfx( \
+  extern "C" __global__ void __launch_bounds__(kTileThreads) ck_castc_##dsfx##_##ssfx(           \
       void* out, const void* x, std::int64_t n) { cast_contig<D, S>(out, x, n); }
 #define CK_DEFINE_CASTC_DST(dsfx, D)                                                              \
   CK_DEFINE_CASTC_SRC(b8, bool, dsfx, D) CK_DEFINE_CASTC_SRC(u8, std::uint8_t, dsfx, D)          \

@@ -2,9 +2,10 @@
 // the transforms from its 32-bit outputs to the distributions cudakit samples.
 //
 // Shared verbatim by the CPU executor and the CUDA kernels, and written with plain IEEE
-// + - * / and sqrt only (no libm transcendental, no fused multiply-add: kernels are built
-// with --fmad=false), so that the same (seed, offset) gives bit-identical values on the GPU
-// and on the emulated backend.
+// + - * / and sqrt only (no libm transcendental, no implicit fused multiply-add: kernels are
+// built with --fmad=false), so that the same (seed, offset) gives bit-identical values on the
+// GPU and on the emulated backend -- except the float32/16/bf16 normal transform, which uses
+// the GPU's fast special functions (see bm_pair_f32: same distribution, close values).
 //
 // Stream layout: a generator's state is (seed, offset). offset counts Philox blocks (one
 // block = one 128-bit counter value = four 32-bit words). Element i of a sampling call that
@@ -16,7 +17,6 @@
 #include <cstdint>
 
 #include "kernels/numeric.hpp"
-#include "kernels/ziggurat_table.hpp"
 
 namespace cudakit::rng {
 
@@ -79,25 +79,6 @@ CK_HD PhiloxKeys philox_keys(std::uint64_t seed) {
 CK_HD Philox4 philox4x32_10(std::uint64_t index, const PhiloxKeys& k) {
   constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
   std::uint32_t c0 = static_cast<std::uint32_t>(index), c1 = static_cast<std::uint32_t>(index >> 32), c2 = 0, c3 = 0;
-  CK_UNROLL
-  for (int r = 0; r < 10; ++r) {
-    std::uint32_t hi0, hi1;
-    std::uint32_t lo0 = mulhilo32(M0, c0, &hi0);
-    std::uint32_t lo1 = mulhilo32(M1, c2, &hi1);
-    c0 = hi1 ^ c1 ^ k.k0[r];
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k.k1[r];
-    c3 = lo0;
-  }
-  return Philox4{{c0, c1, c2, c3}};
-}
-
-// Any 128-bit counter with precomputed round keys (same values as philox4x32_10(ctr, k0, k1)
-// with k = philox_keys(k0 | k1 << 32)): the GPU normal kernel's slow path draws its side
-// stream with the round keys it already holds.
-CK_HD Philox4 philox4x32_10(Philox4 ctr, const PhiloxKeys& k) {
-  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
-  std::uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3];
   CK_UNROLL
   for (int r = 0; r < 10; ++r) {
     std::uint32_t hi0, hi1;
@@ -255,24 +236,23 @@ CK_HD void box_muller(T u_open, T u, T* n0, T* n1) {
   *n1 = r * s;
 }
 
-// ---- float32 normal: 256-layer ziggurat (the float32/float16/bfloat16 normal path) ----
-// Why not Box-Muller: its log, sqrt and sin/cos cost ~40 instructions per float32 even as
-// division-free polynomials (166 SASS instructions per Philox block in the loop of
-// ck_normal_f32, 2.39 TB/s on the H200 against a 4.2 TB/s store ceiling). A ziggurat
-// accepts 98.5 % of candidates with a table lookup, one multiply and one compare (~7
-// instructions per float); the rest take the slow path below. Same bit layout as numpy's
-// float32 ziggurat: 8 bits pick the layer, 24 independent bits give a signed position.
+// ---- float32 normal: Box-Muller with the GPU's fast transcendental functions ----
+// The float32 (and float16 / bfloat16) normal path. History (docs/performance.md, H200, 1 GiB):
+// a bit-exact Box-Muller (division-free polynomials, 166 SASS instructions per Philox block)
+// ran at 2.39 TB/s and a bit-exact 256-layer ziggurat with deferred rejections at 2.23 TB/s,
+// against the 3.6 TB/s goal and ~4.2 TB/s for uniform_ (67 instructions per block). Both
+// paid for results identical to the emulated CPU. This one does not: on the GPU the log,
+// square root, sine and cosine are the special-function unit's approximations (lg2.approx,
+// sqrt.approx, sin.approx, cos.approx: one MUFU instruction each, ~2^-22 absolute error),
+// so a Philox block costs about 20 instructions on top of the Philox rounds. The emulated
+// backend runs the same transform on the same Philox words with the C library's float
+// functions: identical distribution, identical seed/offset semantics (a call still consumes
+// ceil(n / 4) blocks), values within ~1e-5 of the GPU's (float32) but not bit-identical.
 //
-// Bit identity: every step is an IEEE-exact or correctly rounded operation (integer ops,
-// int->float of a 24-significant-bit value, * + fma compare, and the slow path's
-// division-based log), and the tables are committed float literals
-// (scripts/gen_ziggurat.py), so host and device produce the same bits.
-//
-// Slow path randomness: a rejected candidate draws fresh words from a side stream keyed by
-// its own position, Philox counter {block, 1 + k + 4 * attempt, kZigTag} (block = the
-// stream's block index, k = the word within it). The main stream's counters have zero
-// upper words, so the two never overlap, a call still consumes exactly ceil(n / 4) blocks,
-// and the result does not depend on which thread (or in which order) handles the rejects.
+// Per block: normals 0, 1 from words 0 (radius) and 1 (angle); normals 2, 3 from words 2, 3.
+// The radius uniform is x * 2^-32 + 2^-33 in (0, 1] (torch's curand uniform), so the largest
+// |normal| is sqrt(-2 ln 2^-33) = 6.76 (probability beyond it ~1e-11); the angle uniform takes
+// the top 23 bits of its word through the exponent trick (no conversion instruction).
 CK_HD float fma32(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
@@ -281,112 +261,31 @@ CK_HD float fma32(float a, float b, float c) {
 #endif
 }
 
-struct ZigEntry {
-  float w, t;  // candidate scale X[i] / 2^31; fast-accept bound (X[i+1] rounded down)
-};
-#if defined(__CUDACC__)
-__device__ constexpr ZigEntry kZigTableDev[256] = CK_ZIGGURAT_WT_INIT;
-__device__ constexpr float kZigDensityDev[257] = CK_ZIGGURAT_F_INIT;
-#endif
-inline constexpr ZigEntry kZigTable[256] = CK_ZIGGURAT_WT_INIT;
-inline constexpr float kZigDensity[257] = CK_ZIGGURAT_F_INIT;
-inline constexpr std::uint32_t kZigTag = 0x5a16a7e5u;
+CK_HD float bm_radius_uniform(std::uint32_t x) {
+  return fma32(static_cast<float>(x), 2.3283064365386963e-10f, 1.1641532182693481e-10f);
+}
+CK_HD float bm_angle_uniform(std::uint32_t x) {  // [0, 1)
+  return ops::bits_f32((x >> 9) | 0x3f800000u) - 1.0f;
+}
 
-CK_HD ZigEntry zig_entry(std::uint32_t i) {
+// Two standard normals from one Philox word pair.
+CK_HD void bm_pair_f32(std::uint32_t xr, std::uint32_t xa, float* n0, float* n1) {
+  constexpr float kMinus2Ln2 = -1.3862943611198906f;  // -2 ln 2: -2 ln u = -2 ln2 * log2 u
+  constexpr float kTwoPi = 6.2831853071795865f;
+  const float u = bm_radius_uniform(xr);
+  const float t = bm_angle_uniform(xa) * kTwoPi;
 #if defined(__CUDA_ARCH__)
-  return kZigTableDev[i];
+  float l2, r, sn, cs;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l2) : "f"(u));
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(l2 * kMinus2Ln2));
+  asm("sin.approx.ftz.f32 %0, %1;" : "=f"(sn) : "f"(t));
+  asm("cos.approx.ftz.f32 %0, %1;" : "=f"(cs) : "f"(t));
 #else
-  return kZigTable[i];
+  const float r = std::sqrt(std::log2(u) * kMinus2Ln2);
+  const float sn = std::sin(t), cs = std::cos(t);
 #endif
-}
-CK_HD float zig_density(std::uint32_t i) {
-#if defined(__CUDA_ARCH__)
-  return kZigDensityDev[i];
-#else
-  return kZigDensity[i];
-#endif
-}
-
-// The candidate of word x in its layer (x & 0xff): int32(x & ~0xff) * W, exact conversion
-// (24 significant bits), one rounding in the multiply. Never -0.
-CK_HD float zig_candidate(std::uint32_t x, float w) {
-  return static_cast<float>(static_cast<std::int32_t>(x & 0xffffff00u)) * w;
-}
-
-// exp(a) for a in [-7, 0] (the wedge test's exp(-x^2/2), |x| < 3.92): a = n ln2 + g with
-// |g| <= ln2 / 2 (round-to-nearest by the 1.5 * 2^23 trick), exp(g) by its degree-7 Taylor
-// polynomial (relative error < 1e-8), 2^n by building the exponent.
-CK_HD float zig_exp(float a) {
-  float n = (a * 1.44269502f + 12582912.0f) - 12582912.0f;
-  float g = fma32(n, -0.693145752f, a);  // ln2 split: hi has 16 bits, so n * hi is exact
-  g = fma32(n, -1.42860677e-06f, g);
-  float p = 1.98412698e-4f;
-  p = fma32(p, g, 1.38888889e-3f);
-  p = fma32(p, g, 8.33333333e-3f);
-  p = fma32(p, g, 4.16666667e-2f);
-  p = fma32(p, g, 1.66666667e-1f);
-  p = fma32(p, g, 0.5f);
-  p = fma32(p, g, 1.0f);
-  p = fma32(p, g, 1.0f);
-  return p * ops::bits_f32(static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23);
-}
-
-CK_HD Philox4 side_counter(std::uint64_t block, std::uint32_t c2) {
-  return Philox4{{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), c2, kZigTag}};
-}
-CK_HD Philox4 philox_side(std::uint64_t seed, std::uint64_t block, std::uint32_t c2) {
-  return philox4x32_10(side_counter(block, c2), static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
-}
-
-// The slow path for word x (rejected by the fast test) of stream block `block`, word k:
-// the base layer's tail (Marsaglia's exponential method beyond R) or a layer's wedge
-// (uniform height against the density), then fresh candidates until one is accepted.
-// Each attempt fails with probability < 1/2, so 64 attempts fail with probability < 1e-19
-// per sample; the cap only bounds the loop.
-//
-// `Src` says where the tables and the side stream come from (the GPU kernel reads shared
-// memory copies and precomputed round keys); every source yields the same values, and the
-// arithmetic below is the one definition both executors run.
-template <class Src>
-CK_HD float zig_slow_from(const Src& src, std::uint32_t x, std::uint64_t block, int k) {
-  constexpr float kR = CK_ZIGGURAT_R, kInvR = CK_ZIGGURAT_INV_R;
-  float v = 0.0f;
-  for (std::uint32_t attempt = 0; attempt < 64; ++attempt) {
-    const std::uint32_t i = x & 0xffu;
-    const ZigEntry e = src.entry(i);
-    v = zig_candidate(x, e.w);
-    if (attempt > 0 && std::fabs(v) < e.t) return v;
-    Philox4 s = src.side(block, 1u + static_cast<std::uint32_t>(k) + 4u * attempt);
-    if (i == 0) {
-      float xt = -portable_log(u01_open_f32(s.v[0])) * kInvR;
-      float yt = -portable_log(u01_open_f32(s.v[1]));
-      if (yt + yt > xt * xt) return v < 0.0f ? -(kR + xt) : kR + xt;
-    } else {
-      float lo = src.density(i), hi = src.density(i + 1);
-      float y = fma32(u01_f32(s.v[0]), hi - lo, lo);
-      if (y < zig_exp(-0.5f * (v * v))) return v;
-    }
-    x = s.v[2];
-  }
-  return v;
-}
-
-struct ZigSeedSource {  // the constant tables and a side stream keyed by the seed
-  std::uint64_t seed;
-  CK_HD ZigEntry entry(std::uint32_t i) const { return zig_entry(i); }
-  CK_HD float density(std::uint32_t i) const { return zig_density(i); }
-  CK_HD Philox4 side(std::uint64_t block, std::uint32_t c2) const { return philox_side(seed, block, c2); }
-};
-
-CK_HD float zig_slow(std::uint32_t x, std::uint64_t seed, std::uint64_t block, int k) {
-  return zig_slow_from(ZigSeedSource{seed}, x, block, k);
-}
-
-// Standard normal from word k of stream block `block`.
-CK_HD float zig_normal(std::uint32_t x, std::uint64_t seed, std::uint64_t block, int k) {
-  const ZigEntry e = zig_entry(x & 0xffu);
-  const float v = zig_candidate(x, e.w);
-  return std::fabs(v) < e.t ? v : zig_slow(x, seed, block, k);
+  *n0 = r * cs;
+  *n1 = r * sn;
 }
 
 // ---- per-block samplers (one Philox block -> 4 floats or 2 doubles) ----
@@ -401,11 +300,12 @@ CK_HD void uniform2_f64(Philox4 b, double from, double span, double out[2]) {
   out[0] = from + u01_f64(b.v[0], b.v[1]) * span;
   out[1] = from + u01_f64(b.v[2], b.v[3]) * span;
 }
-// mean + std * N(0,1) for the four words of stream block `block` (fma: one rounding; with
-// mean 0 and std 1 it returns the standard normal unchanged, which the GPU fast kernel's
-// randn specialisation relies on).
-CK_HD void normal4_f32(Philox4 b, std::uint64_t seed, std::uint64_t block, float mean, float std, float out[4]) {
-  for (int k = 0; k < 4; ++k) out[k] = fma32(zig_normal(b.v[k], seed, block, k), std, mean);
+// mean + std * N(0,1) for the four words of one Philox block (fma: one rounding).
+CK_HD void normal4_f32(Philox4 b, float mean, float std, float out[4]) {
+  float z[4];
+  bm_pair_f32(b.v[0], b.v[1], &z[0], &z[1]);
+  bm_pair_f32(b.v[2], b.v[3], &z[2], &z[3]);
+  for (int k = 0; k < 4; ++k) out[k] = fma32(z[k], std, mean);
 }
 CK_HD void normal2_f64(Philox4 b, double mean, double std, double out[2]) {
   double n0, n1;
@@ -480,8 +380,7 @@ CK_HD void sample_block(const SampleArgs& a, std::uint64_t base, std::int64_t bl
     int bits = a.dtype == ops::kFloat16 ? 11 : (a.dtype == ops::kBFloat16 ? 8 : 24);
     uniform4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), v, bits);
   } else {
-    normal4_f32(b, a.philox.seed, base + static_cast<std::uint64_t>(blk), static_cast<float>(a.a),
-                static_cast<float>(a.b), v);
+    normal4_f32(b, static_cast<float>(a.a), static_cast<float>(a.b), v);
   }
   for (int k = 0; k < cnt; ++k) {
     switch (a.dtype) {

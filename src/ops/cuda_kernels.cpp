@@ -1,9 +1,9 @@
 // CUDA executor: launches the built-in kernels (src/kernels/*.cu) on a stream.
 //
-// Function handles are cached per (device, kernel slot) in a fixed table of atomics, so a
-// launch after the first builds no name string, takes no lock and allocates nothing.
-#include <array>
-#include <atomic>
+// Function handles come from the one handle cache of src/ops/kernels.hpp (a fixed slot per
+// kernel), so a launch after the first builds no name string, takes no lock and allocates
+// nothing.
+#include <algorithm>
 #include <string>
 
 #include "cudakit/allocation.hpp"
@@ -16,51 +16,28 @@
 namespace cudakit::ops {
 namespace {
 constexpr unsigned kBlock = 256;
-constexpr int kContigBlocksPerSm = 4;  // = __launch_bounds__ of ck_unaryc_* / ck_castc_* (ops.cu)
+constexpr int kTileVecs = 4;           // = kTileVecs of the one-tile-per-block kernels (ops.cu)
 constexpr int kRngBlocksPerSm = 4;     // = __launch_bounds__ of ck_uniform_f32 (random.cu)
 constexpr int kNormalBlocksPerSm = 4;  // = __launch_bounds__ of ck_normal_f32 (random.cu)
 
-// Kernel slots: one per (family, dtype[, src dtype]).
+// Kernel slots in the ops module: one per (family, dtype[, src dtype]).
 constexpr int kTypes = 12;
 // kCastC stays last: it takes kTypes * kTypes slots (one per dtype pair).
-enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kRng, kCompare, kPow, kArange, kCastC, kFamilies };
-constexpr int kSlots = kCastC * kTypes + kTypes * kTypes;
-
-struct HandleTable {
-  std::array<std::atomic<detail::FunctionHandle>, kSlots> f{};
-  std::atomic<int> sms{0};
-};
-HandleTable& table(int device) {
-  static std::array<HandleTable, kMaxDevices> t;
-  if (device < 0 || device >= kMaxDevices) [[unlikely]] device = resolve_device(device);  // throws
-  return t[static_cast<std::size_t>(device)];
-}
+enum Family : int { kBinary = 0, kUnary, kCast, kSumPartial, kSumFinal, kUnaryC, kFill, kCompare, kPow, kArange,
+                    kBinaryC, kFillC, kCastC };
+static_assert(kCastC * kTypes + kTypes * kTypes <= kKernelSlotsPerModule, "ops kernel slots");
+// Slots in the random module.
+enum RngSlot : int { kUniformF32 = 0, kNormalF32, kSampleAny };
 
 template <class NameFn>
 detail::FunctionHandle kernel(int device, KernelModule m, int slot, NameFn name) {
-  auto& e = table(device).f[static_cast<std::size_t>(slot)];
-  detail::FunctionHandle f = e.load(std::memory_order_acquire);
-  if (!f) {
-    f = get_kernel(device, m, name().c_str());  // slow path: first use on this device
-    e.store(f, std::memory_order_release);
-  }
-  return f;
-}
-
-int sm_count(int device) {
-  auto& s = table(device).sms;
-  int n = s.load(std::memory_order_relaxed);
-  if (n == 0) {
-    n = std::max(1, get_device_properties(device).multi_processor_count);
-    s.store(n, std::memory_order_relaxed);
-  }
-  return n;
+  return cached_kernel(device, m, slot, name);
 }
 
 // One-wave grid for kernels whose __launch_bounds__ guarantees `per_sm` resident blocks.
 detail::Dim3 wave_grid(int device, std::int64_t items, int per_sm) {
   std::int64_t need = std::max<std::int64_t>(1, (items + kBlock - 1) / kBlock);
-  return detail::Dim3{static_cast<unsigned>(std::min<std::int64_t>(need, std::int64_t{sm_count(device)} * per_sm)), 1, 1};
+  return detail::Dim3{static_cast<unsigned>(std::min<std::int64_t>(need, std::int64_t{multiprocessor_count(device)} * per_sm)), 1, 1};
 }
 
 // `f` belongs to `device`'s context (its module was loaded there), and the driver launches a
@@ -79,11 +56,34 @@ void launch(int device, detail::StreamHandle s, detail::FunctionHandle f, std::i
   go(device, f, grid_for(device, items, kBlock), s, params);
 }
 
+// Grid of the one-tile-per-block kernels (ops.cu): one block per kBlock x kTileVecs 16-byte
+// vectors of `elem_bytes`-byte elements (the wider of input and output), at least one.
+detail::Dim3 tile_grid(std::int64_t n, int elem_bytes) {
+  const std::int64_t per_vec = 16 / elem_bytes;
+  const std::int64_t per_tile = std::int64_t{kBlock} * kTileVecs;
+  const std::int64_t tiles = (n / per_vec + per_tile - 1) / per_tile;
+  return detail::Dim3{static_cast<unsigned>(std::clamp<std::int64_t>(tiles, 1, 0x7fffffff)), 1, 1};
+}
+
+int code_size(int code) {
+  static constexpr int kSizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 8, 16};  // DTypeCode order
+  return kSizes[code];
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 bool is_real(int code) { return code != kComplex64 && code != kComplex128; }
 }  // namespace
 
 void cuda_binary(int device, detail::StreamHandle s, const BinaryArgs& a, int dtype) {
+  if (a.contiguous && is_real(dtype) && aligned16(a.out) && aligned16(a.a) &&
+      (a.scalar != kNoScalar || aligned16(a.b))) {
+    auto f = kernel(device, KernelModule::ops, kBinaryC * kTypes + dtype,
+                    [&] { return std::string("ck_binaryc_") + dtype_suffix(dtype); });
+    BinaryArgs args = a;
+    void* params[] = {&args};
+    go(device, f, tile_grid(a.n, code_size(dtype)), s, params);
+    return;
+  }
   auto f = kernel(device, KernelModule::ops, kBinary * kTypes + dtype,
                   [&] { return std::string("ck_binary_") + dtype_suffix(dtype); });
   launch(device, s, f, a.n, a);
@@ -116,7 +116,7 @@ void cuda_unary(int device, detail::StreamHandle s, const UnaryArgs& a, int dtyp
     std::int64_t n = a.n;
     int op = a.op;
     void* params[] = {&out, &x, &n, &op};
-    go(device, f, wave_grid(device, n, kContigBlocksPerSm), s, params);
+    go(device, f, tile_grid(n, code_size(dtype)), s, params);
     return;
   }
   auto f = kernel(device, KernelModule::ops, kUnary * kTypes + dtype,
@@ -133,7 +133,7 @@ void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst) {
     const void* x = a.a;
     std::int64_t n = a.n;
     void* params[] = {&out, &x, &n};
-    go(device, f, wave_grid(device, n, kContigBlocksPerSm), s, params);
+    go(device, f, tile_grid(n, std::max(code_size(dst), code_size(a.src_code))), s, params);
     return;
   }
   auto f = kernel(device, KernelModule::ops, kCast * kTypes + dst,
@@ -143,6 +143,14 @@ void cuda_cast(int device, detail::StreamHandle s, const CastArgs& a, int dst) {
 
 void cuda_fill(int device, detail::StreamHandle s, const FillArgs& a, int esize) {
   int idx = esize == 1 ? 0 : esize == 2 ? 1 : esize == 4 ? 2 : esize == 8 ? 3 : 4;
+  if (a.contiguous && aligned16(a.out)) {
+    auto f = kernel(device, KernelModule::ops, kFillC * kTypes + idx,
+                    [&] { return "ck_fillc_" + std::to_string(esize); });
+    FillArgs args = a;
+    void* params[] = {&args};
+    go(device, f, tile_grid(a.n, esize), s, params);
+    return;
+  }
   auto f = kernel(device, KernelModule::ops, kFill * kTypes + idx,
                   [&] { return "ck_fill_" + std::to_string(esize); });
   launch(device, s, f, a.n, a);
@@ -185,12 +193,12 @@ void cuda_sample(int device, detail::StreamHandle s, const rng::SampleArgs& a) {
   if (a.dtype == kFloat32 && a.dist != rng::kRandint && aligned16(a.out)) {
     // Fast path: one Philox block -> one 16-byte store per thread, one-wave grid.
     const bool uni = a.dist == rng::kUniform;
-    auto f = kernel(device, KernelModule::random, kRng * kTypes + (uni ? 0 : 1),
+    auto f = kernel(device, KernelModule::random, uni ? kUniformF32 : kNormalF32,
                     [&] { return std::string(uni ? "ck_uniform_f32" : "ck_normal_f32"); });
     go(device, f, wave_grid(device, blocks, uni ? kRngBlocksPerSm : kNormalBlocksPerSm), s, params);
     return;
   }
-  auto f = kernel(device, KernelModule::random, kRng * kTypes + 2, [] { return std::string("ck_sample"); });
+  auto f = kernel(device, KernelModule::random, kSampleAny, [] { return std::string("ck_sample"); });
   go(device, f, grid_for(device, blocks, kBlock), s, params);
 }
 

@@ -1,5 +1,7 @@
 #include "ops/kernels.hpp"
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <string>
@@ -22,17 +24,15 @@ detail::FunctionHandle get_kernel(int device, KernelModule m, const char* name) 
   throw NotSupportedError(std::string("built-in CUDA kernel '") + name +
                           "' is unavailable: cudakit was built without nvcc (CUDAKIT_WITH_KERNELS off)");
 #else
-  // Lookups after the first are served from a per-thread cache (no lock on the hot path).
+  // The slow path of cached_kernel(): each (device, module, name) is looked up here once per
+  // slot, so a map under a lock is enough.
   using Key = std::tuple<int, int, std::string>;
-  thread_local std::map<Key, detail::FunctionHandle> cache;
   Key key{device, static_cast<int>(m), name};
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-
   static std::mutex mu;
   static std::map<std::pair<int, int>, detail::ModuleHandle> modules;
   static std::map<Key, detail::FunctionHandle> functions;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = functions.find(key); it != functions.end()) return cache[key] = it->second;
+  if (auto it = functions.find(key); it != functions.end()) return it->second;
   auto& mod = modules[{device, static_cast<int>(m)}];
   if (!mod) {
     const void* image = m == KernelModule::ops      ? static_cast<const void*>(cudakit_fatbin_ops)
@@ -42,15 +42,31 @@ detail::FunctionHandle get_kernel(int device, KernelModule m, const char* name) 
   }
   detail::FunctionHandle f = detail::backend().module_get_function(mod, name);
   functions[key] = f;
-  return cache[key] = f;
+  return f;
 #endif
 }
 
+std::atomic<detail::FunctionHandle>& kernel_slot(int device, KernelModule m, int slot) {
+  using Module = std::array<std::atomic<detail::FunctionHandle>, kKernelSlotsPerModule>;
+  static std::array<std::array<Module, kKernelModules>, kMaxDevices> table{};  // zero: not looked up
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] device = resolve_device(device);  // throws
+  return table[static_cast<std::size_t>(device)][static_cast<std::size_t>(m)][static_cast<std::size_t>(slot)];
+}
+
+int multiprocessor_count(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> counts{};
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] device = resolve_device(device);  // throws
+  std::atomic<int>& c = counts[static_cast<std::size_t>(device)];
+  int n = c.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = std::max(1, get_device_properties(device).multi_processor_count);
+    c.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
 detail::Dim3 grid_for(int device, std::int64_t work_items, unsigned block) {
-  static thread_local std::map<int, std::int64_t> sms;
-  auto it = sms.find(device);
-  if (it == sms.end()) it = sms.emplace(device, get_device_properties(device).multi_processor_count).first;
-  std::int64_t max_blocks = std::max<std::int64_t>(1, it->second) * 8;  // 8 x 256 threads per SM
+  const std::int64_t max_blocks = std::int64_t{multiprocessor_count(device)} * 8;  // 8 x 256 threads per SM
   std::int64_t need = (work_items + block - 1) / block;
   if (need < 1) need = 1;
   return detail::Dim3{static_cast<unsigned>(std::min(need, max_blocks)), 1, 1};

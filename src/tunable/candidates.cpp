@@ -86,15 +86,17 @@ std::vector<GemmPlanPtr> candidates(int device, const GemmArgs& problem) {
   std::set<std::string> names{kDefaultSolution};
   // Default is not owned by the list: an aliasing pointer with no owner.
   out.emplace_back(std::shared_ptr<const GemmPlan>(), &default_plan(device));
-  if (settings().backend_candidates()) {
-    for (GemmPlanPtr& p : cudakit::detail::backend().gemm_candidates(device, problem)) {
-      if (p && names.insert(p->name()).second) out.push_back(std::move(p));
-    }
-  }
+  // Extra candidates next: someone registered them on purpose, so the tuner's loading budget
+  // (it tries candidates in this order and may stop early) never leaves them out.
   for (ExtraCandidate& c : extras_copy()) {
     if (c.applies && !c.applies(problem)) continue;
     if (!names.insert(c.name).second) continue;
     out.push_back(std::make_shared<ExtraPlan>(device, std::move(c)));
+  }
+  if (settings().backend_candidates()) {
+    for (GemmPlanPtr& p : cudakit::detail::backend().gemm_candidates(device, problem)) {
+      if (p && names.insert(p->name()).second) out.push_back(std::move(p));
+    }
   }
   return out;
 }

@@ -39,7 +39,8 @@ struct ExtraCandidate {
 void register_extra_candidate(ExtraCandidate c);  // replaces one of the same name
 void clear_extra_candidates();
 
-// Every candidate for `problem` on `device`, Default first, each name once.
+// Every candidate for `problem` on `device`, each name once: Default first, then the extra
+// candidates, then the backend's in its order of promise (the tuner may try only a prefix).
 std::vector<GemmPlanPtr> candidates(int device, const GemmArgs& problem);
 // The plan a recorded solution names for `problem` here, or nullptr when no implementation
 // of that name can run it (the caller falls back to Default).

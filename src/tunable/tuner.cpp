@@ -146,13 +146,20 @@ Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
 // Kernel loading. A candidate's first launch loads its kernel (CUDA lazy loading): 2.4-4.8
 // ms of host time per cuBLASLt kernel on the H200 host, so probing 19 candidates of a bf16
 // 16x4096x4096 product took 39 ms of host time for 0.5 ms of GPU work (torch, timing only
-// its already loaded Default: 7 ms in all). The first runs are spread over a few threads so
-// that the loads can overlap; their results are discarded, and failures are left for the
-// probe below to report (it runs every candidate again, untimed, before timing it).
+// its already loaded Default: 7 ms in all). So candidates are loaded in the backend's order
+// of promise (the cuBLASLt heuristic's ranking), in waves of kLoadThreads first runs spread
+// over threads so that the loads overlap, and no further wave starts once the loading has
+// taken longer than the finals are expected to (load_budget_ms): on small products, where
+// timing is cheap, only the most promising candidates are loaded at all. The first runs'
+// results are discarded, and failures are left for the probe below to report (it runs
+// every candidate again, untimed, before timing it).
 constexpr std::size_t kLoadThreads = 4;
+// The loading budget is never below this: one wave of loads (~5-8 ms on the H200 host when
+// four loads overlap) always fits.
+constexpr double kMinLoadBudgetMs = 5.0;
 
-void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, int device, StreamHandle s,
-                            const GemmArgs& g, const Operands& o);
+void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, std::size_t begin, std::size_t end,
+                            int device, StreamHandle s, const GemmArgs& g, const Operands& o);
 
 // Runs `plan` `times` times, cycling through the sets.
 void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandSets& sets,
@@ -160,15 +167,16 @@ void run_times(const GemmPlan& plan, StreamHandle s, const GemmArgs& g, OperandS
   for (int i = 0; i < times; ++i) plan.run(s, with(g, sets.take()), ws.get());
 }
 
-void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, int device, StreamHandle s,
-                            const GemmArgs& g, const Operands& o) {
-  // Default (first) is left out: the backend's GEMM shares one library handle per device,
-  // whose stream is set per call.
-  const std::size_t threads = std::min(kLoadThreads, (plans.size() - 1) / 2);
-  if (threads < 2) return;
-  std::atomic<std::size_t> next{1};
+void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, std::size_t begin, std::size_t end,
+                            int device, StreamHandle s, const GemmArgs& g, const Operands& o) {
+  // Never Default (plans[0]): the backend's GEMM shares one library handle per device, whose
+  // stream is set per call; it has had its first run already.
+  begin = std::max<std::size_t>(begin, 1);
+  if (begin >= end) return;
+  const std::size_t threads = std::min(kLoadThreads, end - begin);
+  std::atomic<std::size_t> next{begin};
   auto work = [&]() noexcept {
-    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < plans.size();) {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
       try {
         const Allocation ws = workspace_for(*plans[i], device, s);
         plans[i]->run(s, with(g, o), ws.get());
@@ -320,6 +328,15 @@ std::int64_t rotating_bytes(int device) {
   return static_cast<std::int64_t>(mb) << 20;
 }
 
+// How long loading candidates' kernels may take: what the finals are expected to take
+// (kFinalsBudget solutions' budget at Default's speed), at least kMinLoadBudgetMs. So a
+// product whose timing is cheap does not spend ten times as long loading kernels (H200,
+// bf16 16x4096x4096: ~70 candidates, 31-48 ms of tuning for a 10-20 us product, torch 4-7 ms),
+// and a large one still tries as many candidates as before.
+double load_budget(double default_ms) {
+  return std::max(kMinLoadBudgetMs, tuning_iterations(default_ms) * default_ms * kFinalsBudget);
+}
+
 }  // namespace
 
 std::unique_lock<std::mutex> tuning_lock() {
@@ -364,7 +381,39 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     double first_run_host_ms = 0;  // the untimed first run: kernel loading shows here
   };
   std::vector<Probe> probes;
-  first_runs_in_parallel(all, device, s, g, sets.sets.front());
+  // Default first: its first run (loading the backend's own kernel), then kProbeIterations
+  // timed runs, whose time sizes the loading budget (see kLoadThreads).
+  const GemmPlan& fallback_plan = *all.front();  // candidates(): Default is first
+  double default_ms = 0;
+  {
+    run_times(fallback_plan, s, g, sets, 1, Allocation());
+    const EventHandle a = events.make(), b = events.make();
+    backend().event_record(a, s);
+    run_times(fallback_plan, s, g, sets, kProbeIterations, Allocation());
+    backend().event_record(b, s);
+    backend().event_synchronize(b);
+    default_ms = backend().event_elapsed_ms(a, b) / kProbeIterations;
+  }
+  const double load_budget_ms = load_budget(default_ms);
+  double load_ms = 0;
+  std::size_t loaded = 1;
+  {
+    PhaseClock loading;
+    while (loaded < all.size()) {
+      const std::size_t end = std::min(all.size(), loaded + kLoadThreads);
+      first_runs_in_parallel(all, loaded, end, device, s, g, sets.sets.front());
+      loaded = end;
+      load_ms += loading.lap();
+      if (load_ms >= load_budget_ms) break;
+    }
+  }
+  if (loaded < all.size()) {
+    log(2, "kernel loading took " + ms_text(load_ms) + " for " + std::to_string(loaded - 1) +
+               " candidates (budget " + ms_text(load_budget_ms) + ", Default " +
+               std::to_string(default_ms) + " ms): the " + std::to_string(all.size() - loaded) +
+               " less promising candidates are not tried");
+    all.resize(loaded);
+  }
   for (GemmPlanPtr& p : all) {
     Probe pr{p};
     try {
@@ -400,6 +449,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     int iterations = 0, timed = 0;
     double ms = 0;
     std::vector<std::pair<EventHandle, EventHandle>> rounds;
+    std::pair<EventHandle, EventHandle> warmup{nullptr, nullptr};  // logged, not used
   };
   std::vector<Finalist> finals;
   const double best_probe = probes.front().ms;
@@ -436,19 +486,31 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   }
   // Rounds alternate the order (A B C D, D C B A, A B C D, ...), so a clock that drifts
   // during the finals favours no position, and each finalist's time is the median of its
-  // rounds' averages, so one disturbed round does not decide. An untimed run of every
-  // finalist first keeps the GPU busy while the timed rounds are queued. (H200: Default,
-  // first in the finals, was timed 5-17% slower there than it runs afterwards; with two
-  // rounds in opposite order still 4-7% on 8192^3, fewer runs giving more.)
+  // rounds' averages, so one disturbed round does not decide. (H200: Default, first in the
+  // finals, was timed 5-17% slower there than it runs afterwards, with a single untimed run
+  // of each finalist before the timed rounds; with two rounds in opposite order still 4-7%
+  // on 8192^3, fewer runs giving more. Hence the warm-up round below.)
   for (Finalist& f : finals) {
     for (int r = 0; r < kFinalRounds; ++r) f.rounds.emplace_back(events.make(), events.make());
   }
-  for (Finalist& f : finals) run_times(*f.plan, s, g, sets, 1, f.workspace);
+  // Warm-up round, untimed: the same runs as a timed round, in the order of round 1 (D C B
+  // A), so that every finalist has just run `share` times when its first timed round starts
+  // (Default, first in round 0, right before it) and the GPU is in the state the timed
+  // rounds see, whichever finalist comes first. It takes one share of the same budget.
+  // Its time per run is logged beside the timed rounds' (verbosity 3): a warm-up much slower
+  // than the rounds shows what the previous single untimed run left in the first round.
+  for (Finalist& f : finals) f.warmup = {events.make(), events.make()};
+  for (std::size_t k = finals.size(); k-- > 0;) {
+    Finalist& f = finals[k];
+    backend().event_record(f.warmup.first, s);
+    run_times(*f.plan, s, g, sets, std::max(1, f.iterations / (kFinalRounds + 1)), f.workspace);
+    backend().event_record(f.warmup.second, s);
+  }
   EventHandle last = nullptr;
   for (int r = 0; r < kFinalRounds; ++r) {
     for (std::size_t k = 0; k < finals.size(); ++k) {
       Finalist& f = finals[r % 2 == 0 ? k : finals.size() - 1 - k];
-      const int share = std::max(1, f.iterations / kFinalRounds);
+      const int share = std::max(1, f.iterations / (kFinalRounds + 1));
       auto [start, end] = f.rounds[static_cast<std::size_t>(r)];
       backend().event_record(start, s);
       run_times(*f.plan, s, g, sets, share, f.workspace);
@@ -469,7 +531,9 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     for (double v : per_run) rounds += (rounds.empty() ? "" : " ") + std::to_string(v);
     log(3, "final " + f.plan->name() + ": " + std::to_string(f.ms) + " ms, median of " +
                std::to_string(kFinalRounds) + " rounds of " + std::to_string(share) +
-               " runs (sorted: " + rounds + ")");
+               " runs (sorted: " + rounds + "; warm-up round " +
+               std::to_string(backend().event_elapsed_ms(f.warmup.first, f.warmup.second) / share) +
+               ")");
   }
   const Finalist* winner = nullptr;
   const Finalist* fallback = nullptr;  // Default

@@ -11,18 +11,22 @@
 //   2. Numerical check (when enabled): Default's result is the reference; each other candidate
 //      runs once on a fresh copy of C and is dropped unless every element is within
 //      atol + rtol * |reference| (NaN never matches, as torch.allclose).
-//   3. Probe: every candidate runs once untimed (a failure at launch drops it) and then
-//      kProbeIterations times between two events. All candidates are queued back to back and
-//      synchronised once, so probing costs the GPU time of the runs and no host round trip per
-//      candidate.
+//   3. Probe: Default runs once untimed and kProbeIterations times timed (synchronised), which
+//      sizes the kernel-loading budget (tuner.cpp, kLoadThreads): the other candidates' first
+//      runs (each loads its kernel) go in waves of kLoadThreads threads, in the backend's order
+//      of promise, until the loading has taken as long as the finals are expected to; the rest
+//      are not tried. Then every loaded candidate runs once untimed (a failure at launch drops
+//      it) and kProbeIterations times between two events. All candidates are queued back to
+//      back and synchronised once, so probing costs the GPU time of the runs and no host round
+//      trip per candidate.
 //   4. Finals: Default, and the candidates within kFinalistRatio of the best probe (at most
 //      kFinalists in all) share kFinalsBudget times torch's per-solution budget
 //      (get_max_tuning_duration / iterations, warm-up settings; at least
-//      kMinFinalIterations runs each). After one untimed run of each, they are timed in
-//      kFinalRounds rounds of alternating order (A B C D, D C B A, ...) so clock drift
-//      favours none of them; a finalist's time is the median of its rounds' averages. The
-//      lowest wins, but replaces Default only when it is faster by more than
-//      kDefaultMargin (so that timing noise does not make a tuned GEMM slower than the
+//      kMinFinalIterations runs each), split into kFinalRounds + 1 rounds: one untimed
+//      warm-up round, then kFinalRounds timed rounds of alternating order (A B C D, D C B A,
+//      ...) so clock drift favours none of them; a finalist's time is the median of its
+//      rounds' averages. The lowest wins, but replaces Default only when it is faster by more
+//      than kDefaultMargin (so that timing noise does not make a tuned GEMM slower than the
 //      untuned one).
 // Torch times every candidate for the full budget; here kFinalsBudget candidates' budget is
 // spent whatever their number, so that cudakit can try every cuBLASLt heuristic answer and

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -705,6 +706,24 @@ TEST_F(TunableTest, TorchFilesReadAndTorchFlavouredFilesWritten) {
   td::store().reset_for_testing();
   EXPECT_TRUE(tunable::read_file((dir_ / "for_torch.csv").string()));
 }
+
+// Candidates with a slow first run (a lazily loaded cuBLASLt kernel's) are loaded only while that
+// is cheaper than timing: for 3 runs of a tiny product, one wave of 4 spends the whole budget.
+TEST_F(TunableTest, SlowLoadingCandidatesArePrunedByTheLoadingBudget) {
+  REQUIRE_DEVICE();
+  tunable::set_filename(""), tunable::enable(), tunable::set_max_tuning_iterations(3);
+  std::vector<std::atomic<int>> runs(12);  // three waves' worth
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    td::register_extra_candidate(td::ExtraCandidate{"Test_SlowLoad_" + std::to_string(i), nullptr,
+        [&runs, i](int device, detail::StreamHandle s, const detail::GemmArgs& g) {
+          if (runs[i]++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+          detail::backend().gemm(device, s, g);
+        }});
+  Problem p(24, 20, 16);  // the first product tunes:
+  p.run();
+  EXPECT_TRUE(p.error(p.result()) < 1e-5 && tunable::get_results().size() == 1u);
+  EXPECT_EQ(std::count_if(runs.begin(), runs.end(), [](auto& r) { return r.load() > 0; }), 4);
+  td::clear_extra_candidates(); }  // before `runs` goes
 
 TEST_F(TunableTest, NoTuningWhileCapturing) {
   REQUIRE_DEVICE();

@@ -17,7 +17,8 @@
 //     (the heuristic's waves count below one, typical of skinny products such as 16 x 4096 x
 //     4096): 2..32 splits while every split keeps at least kMinSplitDepth of k, reduced in the
 //     compute type (float32 for half / bfloat16, so splitting costs no accuracy);
-//   every configuration once (by name). Measured on the H200 by the lead (docs/performance.md).
+//   every configuration once (by name), in the order of promise gemm_candidates describes (the
+//   tuner loads a prefix within its budget). Measured on the H200 by the lead (docs/performance.md).
 //
 // Plans share the problem's descriptors (LtProblem) and hold one cublasLtMatmulAlgo_t; run()
 // is a single cublasLtMatmul call (no descriptor work per call). cuBLASLt handles carry no
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -368,21 +370,28 @@ std::vector<GemmPlanPtr> CudaBackend::gemm_candidates(int device, const GemmArgs
   ContextScope scope(*this, device, "gemm_candidates");
   void* handle = lt_handle(*this, *api, device);
   std::shared_ptr<const LtProblem> problem = make_problem(*api, handle, g);
+  // Order of promise (the tuner may load only a prefix, see Backend::gemm_candidates): the
+  // heuristic's first answer; the split-K variants of the first base that underfills the GPU, those nearest
+  // one full wave first (on the skinny products where tuning pays, 16 x 4096 x 4096, a split of
+  // the first answer won); then the other answers, the zero-workspace answers, and the split-K
+  // variants of the next bases.
   std::vector<GemmPlanPtr> out;
   std::set<std::string> seen;
-  auto add = [&](const LtAlgo& algo, std::size_t workspace) {
+  auto add = [&](std::vector<GemmPlanPtr>& to, const LtAlgo& algo, std::size_t workspace) {
     std::optional<LtConfig> c = read_config(*api, algo);
     if (!c) return;
     std::string name = config_name(*c);
     if (!seen.insert(name).second) return;
-    out.push_back(std::make_shared<LtPlan>(*this, device, problem, algo, std::move(name), workspace));
+    to.push_back(std::make_shared<LtPlan>(*this, device, problem, algo, std::move(name), workspace));
   };
   const std::vector<LtHeuristicResult> roomy = heuristic(*problem, kMaxWorkspace, kHeuristicCount);
-  for (const LtHeuristicResult& r : roomy) add(r.algo, r.workspace_size);
-  for (const LtHeuristicResult& r : heuristic(*problem, 0, kHeuristicCount)) {
-    add(r.algo, r.workspace_size);
+  if (roomy.empty()) {
+    for (const LtHeuristicResult& r : heuristic(*problem, 0, kHeuristicCount)) add(out, r.algo, r.workspace_size);
+    return out;
   }
+  add(out, roomy.front().algo, roomy.front().workspace_size);
   // Split-K variants of the best non-split answers that underfill the GPU.
+  std::vector<GemmPlanPtr> first_splits, later_splits;
   int bases = 0;
   for (const LtHeuristicResult& r : roomy) {
     if (bases == kSplitBases) break;
@@ -394,18 +403,33 @@ std::vector<GemmPlanPtr> CudaBackend::gemm_candidates(int device, const GemmArgs
     }
     std::optional<std::uint32_t> scheme = split_reduction(*api, r.algo, g);
     if (!scheme) continue;
-    ++bases;
+    std::vector<std::pair<double, int>> order;  // (distance from one wave, splits)
     for (int splits : kSplits) {
       if (g.k / splits < kMinSplitDepth) break;
+      const double waves = std::max(1e-6, static_cast<double>(r.waves_count)) * splits;
+      order.emplace_back(std::fabs(std::log(waves)), splits);
+    }
+    std::sort(order.begin(), order.end());
+    for (auto [dist, splits] : order) {
+      (void)dist;
       LtAlgo algo = r.algo;
       const std::int32_t s32 = splits;
       if (!set_config(*api, algo, kLtConfigSplitK, s32) ||
           !set_config(*api, algo, kLtConfigReduction, *scheme)) {
         continue;
       }
-      if (std::optional<std::size_t> ws = check_algo(*problem, algo)) add(algo, *ws);
+      if (std::optional<std::size_t> ws = check_algo(*problem, algo)) {
+        add(bases == 0 ? first_splits : later_splits, algo, *ws);
+      }
     }
+    ++bases;
   }
+  for (GemmPlanPtr& p : first_splits) out.push_back(std::move(p));
+  for (std::size_t i = 1; i < roomy.size(); ++i) add(out, roomy[i].algo, roomy[i].workspace_size);
+  for (const LtHeuristicResult& r : heuristic(*problem, 0, kHeuristicCount)) {
+    add(out, r.algo, r.workspace_size);
+  }
+  for (GemmPlanPtr& p : later_splits) out.push_back(std::move(p));
   return out;
 }
 
