@@ -168,10 +168,9 @@ TEST(MemoryConfig, InertKeysWarn) {
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_NE(seen[0].find("release_lock_on_cudamalloc"), std::string::npos);
   EXPECT_NE(seen[0].find("no effect"), std::string::npos);
+  // a key that applies (since graph-capture reuse exists) says nothing
   set_allocator_settings("graph_capture_record_stream_reuse:False,quick_cache:True");
-  seen = w.take();
-  ASSERT_EQ(seen.size(), 1u);
-  EXPECT_NE(seen[0].find("graph_capture_record_stream_reuse"), std::string::npos);
+  EXPECT_TRUE(w.take().empty());
   set_allocator_settings("quick_cache:True");
   EXPECT_TRUE(w.take().empty());
 }
