@@ -67,7 +67,8 @@ case "${1:-}" in
   issue26)  # ~300 s cold (build + the torch.compile parts): exactly issue 26's remaining
     # test_cuda.py differences of the torch-suite (both runs), then the allocation-cost
     # probe and compile_check's transformers part, native vs cudakit.
-    STEPS="build" bash scripts/gpu-check.sh "$OUT" > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc" bash scripts/gpu-check.sh "$OUT" \
+      > "$OUT/gpu-check.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda
     TS=.device-carry/torch-suite
     TORCH_SUITE_K="test_graph_capture_reclaim_2_streams or test_graph_capture_reclaim_4_streams \
