@@ -9,6 +9,8 @@
 #   The fifth session's two calls (cp -r ../shared/torch-suite .device-carry/ first):
 #     OUT=$OUT bash scripts/device-calls.sh suite     # ~480 s cold: build + whole cuda suite + examples
 #     OUT=$OUT bash scripts/device-calls.sh interop   # ~350 s warm: torch-suite both runs, sync-debug pass, benchmarks
+#   Issue 26's remaining torch-suite tests + allocation costs + transformers compile (~300 s):
+#     OUT=$OUT bash scripts/device-calls.sh issue26
 # (the device copy's git HEAD can be stale: pass CUDAKIT_COMMIT for the summary line).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,5 +64,26 @@ case "${1:-}" in
       python3 bench/torch/compile_check.py --compare /tmp/cc-n.pt /tmp/cc-c.pt
     } > "$OUT/bench.log" 2>&1
     grep -E "^\||GB/s|ms|x " "$OUT/bench.log" | head -60 ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop" >&2; exit 2 ;;
+  issue26)  # ~300 s cold (build + the torch.compile parts): exactly issue 26's remaining
+    # test_cuda.py differences of the torch-suite (both runs), then the allocation-cost
+    # probe and compile_check's transformers part, native vs cudakit.
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc" bash scripts/gpu-check.sh "$OUT" \
+      > "$OUT/gpu-check.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda
+    TS=.device-carry/torch-suite
+    TORCH_SUITE_K="test_graph_capture_reclaim_2_streams or test_graph_capture_reclaim_4_streams \
+or test_memory_profiler_viz or test_allocator_settings or test_cachingAllocator_raw_alloc \
+or test_mempool_expandable or test_memory_compile_regions or test_cpp_memory_snapshot_pickle \
+or test_allocator_backend" NPROC=0 RUN_BUDGET=200 bash $TS/run.sh /tmp/ts26 > "$OUT/ts26.log" 2>&1
+    cp /tmp/ts26/summary.txt "$OUT/torch_suite_issue26.txt" 2>/dev/null
+    tar czf "$OUT/ts26.tgz" -C /tmp ts26 2>/dev/null
+    head -40 "$OUT/torch_suite_issue26.txt"
+    {
+      for a in native cudakit; do timeout 100 python3 bench/torch/alloc_cost.py --allocator $a; done
+      timeout 150 python3 bench/torch/compile_check.py --part transformers --allocator native --out /tmp/cct-n.pt &&
+      timeout 150 python3 bench/torch/compile_check.py --part transformers --allocator cudakit --out /tmp/cct-c.pt &&
+      python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt
+    } > "$OUT/issue26_bench.log" 2>&1
+    cat "$OUT/issue26_bench.log" | tail -60 ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26" >&2; exit 2 ;;
 esac

@@ -107,6 +107,8 @@ double get_per_process_memory_fraction(int device = kCurrentDevice);
 std::string get_allocator_backend();
 // Replaces the allocator settings at run time (torch.cuda.memory._set_allocator_settings):
 // takes effect for allocators created afterwards and for keys that are read per call.
+// As torch's parser, max_split_size_mb, roundup_power2_divisions and
+// garbage_collection_threshold go back to their defaults unless `conf` sets them.
 void set_allocator_settings(const std::string& conf);
 
 // Raw memory from the caching allocator (torch.cuda.caching_allocator_alloc/delete).

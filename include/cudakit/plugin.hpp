@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -93,6 +94,26 @@ void set_torch_out_of_memory_type(void* python_type) noexcept;
 using TorchOomObserver =
     std::function<void(int device, std::size_t requested, std::size_t allowed, std::size_t free)>;
 void add_torch_oom_observer(TorchOomObserver observer);
+
+// torch's profiler (torch.profiler.profile(profile_memory=True)) learns of allocations from
+// its allocator: torch's own calls c10::reportMemoryUsageToProfiler, the pluggable interface
+// does not. With a reporter set, the table's malloc and free call `report` (c10's function,
+// found by its symbol in libc10) as torch's allocator does: the block's address, +size on
+// allocation, -size on free (the rounded block size, as torch), the device's allocated and
+// reserved bytes after the change, and the device; only while `enabled` (c10's
+// memoryProfilingEnabled: a thread-local read) says the calling thread's profiler wants it.
+// The device is passed as c10::Device's two bytes (type, index): trivially copyable, so it
+// travels in one register. `{nullptr, nullptr}` turns reporting off.
+struct TorchDeviceArg {
+  std::int8_t type;   // c10::DeviceType (1 = CUDA)
+  std::int8_t index;  // c10::DeviceIndex
+};
+struct TorchMemoryReporter {
+  bool (*enabled)() = nullptr;
+  void (*report)(void* ptr, std::int64_t alloc_size, std::size_t total_allocated,
+                 std::size_t total_reserved, TorchDeviceArg device) = nullptr;
+};
+void set_torch_memory_reporter(TorchMemoryReporter reporter) noexcept;
 
 // Whether torch has called the table's functions (init or malloc) in this process, and the
 // message of the last failure of a table function on this thread ("" if none).

@@ -144,9 +144,39 @@ def install(torch: Any) -> None:
             getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
         if isinstance(oom, type) and issubclass(oom, BaseException):
             _C._mem_torch_set_oom_type(oom)
+        _install_profiler_reporter(torch)
         if missing:
             _log.info("cudakit.memory.use_with_torch: this torch lacks %s; the corresponding "
                       "torch features keep torch's default behaviour", ", ".join(missing))
+
+
+# libc10's functions torch's own allocator calls so that torch.profiler(profile_memory=True)
+# sees its allocations (the pluggable interface calls neither): bool memoryProfilingEnabled()
+# and void reportMemoryUsageToProfiler(void*, int64_t, size_t, size_t, c10::Device).
+_PROFILER_SYMBOLS = ("_ZN3c1022memoryProfilingEnabledEv",
+                     "_ZN3c1026reportMemoryUsageToProfilerEPvlmmNS_6DeviceE")
+
+
+def _install_profiler_reporter(torch: Any) -> bool:
+    """Hands cudakit's torch hooks the addresses of libc10's profiler entry points (found by
+    their symbols in the libc10 torch has loaded), so torch's memory profiler sees the
+    allocations torch makes on cudakit's pool. A torch without them (another ABI, a static
+    build) keeps the profiler's memory view empty, as before; that is logged."""
+    import ctypes
+
+    lib_dir = os.path.join(os.path.dirname(getattr(torch, "__file__", "") or ""), "lib")
+    path = os.path.join(lib_dir, "libc10.so")
+    try:
+        # RTLD_NOLOAD: only the copy torch already loaded, never a second one
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        enabled, report = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                           for name in _PROFILER_SYMBOLS)
+    except (OSError, AttributeError) as e:
+        _log.info("cudakit.memory.use_with_torch: torch.profiler's memory events stay empty "
+                  "(libc10's reporting functions not found: %s)", e)
+        return False
+    _C._mem_torch_set_memory_reporter(enabled, report)
+    return True
 
 
 def installed() -> bool:
@@ -338,6 +368,16 @@ def record_history_legacy(enabled: bool, record_context: bool = True,
     context = ("all" if trace_alloc_record_context else "state") if record_context else None
     _C._mem_record_history(kind, context, "all" if record_context_cpp else "python",
                            max(1, int(trace_alloc_max_entries)))
+
+
+def allocator_backend() -> str:
+    """torch._C._cuda_getAllocatorBackend, served by cudakit: the backend of the allocator that
+    serves torch's memory ("native" or "cudaMallocAsync", torch's names), where torch's
+    pluggable layer would answer "pluggable" (code that checks for "native" before using
+    snapshots or graph-pool checkpoints finds them answered by cudakit)."""
+    from . import memory as ck_memory
+
+    return ck_memory.get_allocator_backend()
 
 
 def get_memory_fraction(device: Any = None) -> float:
@@ -643,6 +683,7 @@ _C_REPLACEMENTS = {
     "_cuda_record_memory_history": record_history,
     "_cuda_record_memory_history_legacy": record_history_legacy,
     "_cuda_getMemoryFraction": get_memory_fraction,
+    "_cuda_getAllocatorBackend": allocator_backend,
     # torch.accelerator.memory_* (torch >= 2.9) read the device allocator through these
     "_accelerator_isAllocatorInitialized": allocator_initialized,
     "_accelerator_getDeviceStats": memory_stats_nested,

@@ -112,6 +112,18 @@ void bind(py::module_& m) {
       }
     });
   });
+  // torch's profiler reporting (set_torch_memory_reporter): the addresses of libc10's
+  // memoryProfilingEnabled and reportMemoryUsageToProfiler, which use_with_torch() looks up by
+  // symbol; (0, 0) turns it off.
+  m.def("_mem_torch_set_memory_reporter", [](std::uintptr_t enabled, std::uintptr_t report) {
+    if ((enabled == 0) != (report == 0))
+      throw ValueError("_mem_torch_set_memory_reporter: give both function addresses, or 0 for "
+                       "both (reporting off)");
+    TorchMemoryReporter r;
+    r.enabled = reinterpret_cast<bool (*)()>(enabled);
+    r.report = reinterpret_cast<decltype(r.report)>(report);
+    set_torch_memory_reporter(r);
+  });
   // caching_allocator_alloc on behalf of `client` ("cudakit" | "torch" | "cupy"); the stream is
   // a raw handle of `device` (CuPy's current stream), as _mem_alloc takes it.
   m.def("_mem_alloc_for", [](py::handle client, py::handle size, py::handle d, py::handle stream) {

@@ -450,6 +450,12 @@ class Backend {
   // Number of nodes in the graph being captured on `s` (all streams of the capture), 0 when
   // `s` is not capturing. Kernel annotations diff it around a scope.
   virtual std::size_t stream_capture_node_count(StreamHandle s) = 0;
+  // The capture frontier of `s`: the nodes the next work captured on `s` will depend on
+  // (cuStreamGetCaptureInfo's dependencies), as opaque ids unique within the process's live
+  // captures; with `ancestors`, also every node those depend on, transitively. Empty when `s`
+  // is not capturing (or captures nothing yet). The caching allocator's
+  // graph_capture_record_stream_reuse compares these sets: no event is queried.
+  virtual std::vector<std::uint64_t> stream_capture_frontier(StreamHandle s, bool ancestors) = 0;
   // Sets the calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode)
   // and returns the previous one. While another capture is live, "potentially unsafe" calls
   // (mem_alloc) fail in global mode; relaxed lets the caching allocator grow a graph's

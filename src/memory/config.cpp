@@ -138,8 +138,7 @@ unsigned AllocatorConfig::divisions_for(std::size_t size) const noexcept {
 KeyScope key_scope(const std::string& key) {
   if (key == "backend" || key == "expandable_segments_chunk_pages" || key == "device_mutex_spin")
     return KeyScope::init;
-  if (key == "release_lock_on_cudamalloc" || key == "graph_capture_record_stream_reuse")
-    return KeyScope::inert;
+  if (key == "release_lock_on_cudamalloc") return KeyScope::inert;
   return KeyScope::live;
 }
 
@@ -219,8 +218,6 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
       c.pinned_use_background_threads = parse_bool(var, key, v);
     } else if (key == "graph_capture_record_stream_reuse") {
       c.graph_capture_record_stream_reuse = parse_bool(var, key, v);
-      c.warnings.push_back(var + ": '" + key + "' is accepted for torch compatibility and has "
-                           "no effect in cudakit (no in-capture reuse of record_stream frees)");
     } else {
       throw ValueError(var + ": unknown key '" + key +
                        "'. Known keys: backend, expandable_segments, garbage_collection_threshold, "

@@ -20,8 +20,7 @@
 //   inert: accepted so a PYTORCH_CUDA_ALLOC_CONF written for torch works, but have no effect
 //     here; each use warns
 //     release_lock_on_cudamalloc (the allocator never waits under its locks; the device
-//       allocation call itself is short), graph_capture_record_stream_reuse (no in-capture
-//       reuse of blocks freed with record_stream)
+//       allocation call itself is short)
 // cudakit's own keys (not torch's): quick_cache (True/False, default True: the exact-size
 // cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
 // (pages of the large pool's smallest physical allocation, default 4 = 8 MiB: its chunks
@@ -89,7 +88,9 @@ struct AllocatorConfig {
   bool pinned_use_host_register = false;
   unsigned pinned_num_register_threads = 1;
   bool pinned_use_background_threads = false;
-  bool graph_capture_record_stream_reuse = false;  // inert
+  // A block freed during a capture after record_stream is reused inside that capture once
+  // the capture's graph orders every stream's use of it before new work (torch's rule).
+  bool graph_capture_record_stream_reuse = false;
   std::string source;  // "CUDAKIT_ALLOC_CONF=..." for diagnostics; "" when default
   // Filled by parse: the keys the text gave (canonical names, in order) and one warning per
   // inert key.

@@ -250,6 +250,8 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   if (!capture_underway()) {
     if (!capture_deferred_.empty()) flush_capture_deferred(lock);
     if (!pending_.empty()) process_events();
+  } else if (!capture_markers_.empty() && stream) {
+    reclaim_in_capture(stream);  // torch's free_safe_blocks_in_capture
   }
   const std::size_t size = round_size(orig_size);
   if (!routes_.empty()) check_pool_awake(pool_for(size, stream), orig_size);
@@ -432,6 +434,10 @@ bool DeviceAllocator::free(void* ptr) {
     // torch's needs_events_deferred_until_no_capture.
     b->event_count = 1;
     capture_deferred_.push_back(b);
+    if (cfg_.graph_capture_record_stream_reuse) {
+      std::vector<std::uint64_t> markers = capture_free_markers(b);
+      if (!markers.empty()) capture_markers_.emplace(b, std::move(markers));
+    }
     return true;
   }
   if (!b->stream_uses.empty()) {
@@ -467,6 +473,7 @@ void DeviceAllocator::flush_capture_deferred(Locked& lock) {
   // events are taken under the locks and recorded without them.
   std::vector<Block*> blocks;
   blocks.swap(capture_deferred_);
+  capture_markers_.clear();
   std::vector<std::vector<std::pair<detail::EventHandle, detail::StreamHandle>>> marks(
       blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {

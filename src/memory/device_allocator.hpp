@@ -272,6 +272,13 @@ class DeviceAllocator {
   // Records the events of the frees deferred while a capture was underway (locks held; drops
   // and retakes them).
   void flush_capture_deferred(Locked& lock);
+  // graph_capture_record_stream_reuse (capture_reuse.cpp), locks held. The free markers of
+  // `b`: the capture frontiers of its allocation stream and of every stream that used it, or
+  // nothing when one of them is not capturing (the block then waits for the capture's end).
+  std::vector<std::uint64_t> capture_free_markers(const Block* b);
+  // Frees the capture-deferred blocks of `stream` whose markers all precede the stream's
+  // frontier in the graph: any work captured from now on comes after their last use.
+  void reclaim_in_capture(detail::StreamHandle stream);
   void release_segment(Block* head);  // queues the device free (Deferred)
   void garbage_collect();
   void run_deferred(std::vector<Deferred>& work);
@@ -379,6 +386,7 @@ class DeviceAllocator {
   std::vector<PoolRoute> routes_;
   std::vector<std::pair<detail::EventHandle, Block*>> pending_;
   std::vector<Block*> capture_deferred_;  // freed during a capture, used on other streams
+  std::unordered_map<Block*, std::vector<std::uint64_t>> capture_markers_;  // of those
   std::size_t awaited_events_ = 0;  // events taken out of pending_ by a waiting thread
   std::vector<detail::EventHandle> spare_events_;
   std::vector<Deferred> deferred_;

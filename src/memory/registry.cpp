@@ -57,7 +57,14 @@ void apply_allocator_settings(const std::string& text) {
   {
     std::lock_guard lock(g_create_mutex);
     const AllocatorConfig cur = config();
-    next = AllocatorConfig::parse_over(cur, text, "set_allocator_settings");
+    // As torch's parseArgs: each call puts these three back to their defaults unless the text
+    // sets them again (test_allocator_settings: "should have reset the power2 divisions").
+    AllocatorConfig base = cur;
+    const AllocatorConfig defaults;
+    base.max_split_size = defaults.max_split_size;
+    base.roundup_power2_divisions = defaults.roundup_power2_divisions;
+    base.garbage_collection_threshold = defaults.garbage_collection_threshold;
+    next = AllocatorConfig::parse_over(base, text, "set_allocator_settings");
     live = existing_allocators();
     // Init-only keys: the allocators run with the values in `cur` (they were created from
     // it, and nothing changed them since).

@@ -84,6 +84,35 @@ void notify_oom_observers(const OutOfMemoryError& e) noexcept {
 // bit of the first half is never theirs, so it marks the torch space without a table.
 constexpr unsigned long long kTorchPoolBit = 1ull << 63;
 
+// torch's profiler (set_torch_memory_reporter); both null, or both set.
+std::atomic<bool (*)()> g_profiler_enabled{nullptr};
+std::atomic<void (*)(void*, std::int64_t, std::size_t, std::size_t, TorchDeviceArg)>
+    g_profiler_report{nullptr};
+
+// The profiler, if it wants this thread's allocations (one relaxed load when no reporter is set).
+auto profiler_reporter() noexcept {
+  auto report = g_profiler_report.load(std::memory_order_acquire);
+  if (report) {
+    bool (*enabled)() = g_profiler_enabled.load(std::memory_order_acquire);
+    if (!enabled || !enabled()) report = nullptr;
+  }
+  return report;
+}
+
+// As torch's allocator reports: the block's size, and the device's totals after the change.
+template <class Report>
+void report_to_profiler(Report report, void* ptr, std::int64_t signed_size, int dev) noexcept {
+  try {
+    const MemoryStats st = memory_stats_of(dev);
+    report(ptr, signed_size, static_cast<std::size_t>(st.allocated_bytes[0].current),
+           static_cast<std::size_t>(st.reserved_bytes[0].current),
+           TorchDeviceArg{1, static_cast<std::int8_t>(dev)});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cudakit: reporting to torch's profiler failed: %s\n", e.what());
+  } catch (...) {
+  }
+}
+
 thread_local char g_last_error[512];
 std::atomic<bool> g_used{false};
 
@@ -113,7 +142,12 @@ void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
     // through that type: only the low byte is then defined. Device indices fit in it.
     const int index = static_cast<std::int8_t>(device);
     const int dev = memory::resolve_alloc_device(index < 0 ? kCurrentDevice : index);
-    return memory::native_alloc(size, dev, stream, kTorch);
+    void* p = memory::native_alloc(size, dev, stream, kTorch);
+    if (auto report = profiler_reporter()) [[unlikely]] {
+      const auto info = allocation_info(p);
+      report_to_profiler(report, p, static_cast<std::int64_t>(info ? info->size : size), dev);
+    }
+    return p;
   } catch (const OutOfMemoryError& e) {
     note_failure("malloc", e.what(), false);
     notify_oom_observers(e);
@@ -128,6 +162,16 @@ void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
 void hook_free(void* ptr, std::size_t, int device, CUstream_st*) {
   if (!ptr || detail::is_shutting_down()) return;
   try {
+    if (auto report = profiler_reporter()) [[unlikely]] {
+      if (const auto info = allocation_info(ptr)) {
+        void* const p = ptr;
+        const int dev = info->device;
+        const auto size = static_cast<std::int64_t>(info->size);
+        (void)memory::native_free(ptr, static_cast<std::int8_t>(device));
+        report_to_profiler(report, p, -size, dev);  // totals after the free, as torch
+        return;
+      }
+    }
     if (!memory::native_free(ptr, static_cast<std::int8_t>(device))) {  // hook_malloc: why
       std::fprintf(stderr, "cudakit: torch freed %p, which is not a live cudakit allocation "
                    "(ignored)\n", ptr);
@@ -255,6 +299,13 @@ void add_torch_oom_observer(TorchOomObserver observer) {
   if (!observer) throw ValueError("add_torch_oom_observer: the observer is empty");
   std::lock_guard lock(g_observers_mu);
   oom_observers().push_back(std::move(observer));
+}
+
+void set_torch_memory_reporter(TorchMemoryReporter reporter) noexcept {
+  const bool on = reporter.enabled && reporter.report;
+  g_profiler_report.store(nullptr, std::memory_order_release);  // never one without the other
+  g_profiler_enabled.store(on ? reporter.enabled : nullptr, std::memory_order_release);
+  if (on) g_profiler_report.store(reporter.report, std::memory_order_release);
 }
 
 bool torch_hooks_used() noexcept { return g_used.load(std::memory_order_relaxed); }

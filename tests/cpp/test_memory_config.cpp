@@ -69,11 +69,15 @@ TEST(MemoryConfig, LiveKeysReachExistingAllocatorsAndSnapshots) {
   void* p = caching_allocator_alloc(5 * memory::kMiB + 1, 0);
   EXPECT_EQ(allocation_info(p)->size, 6 * memory::kMiB);
   caching_allocator_delete(p);
-  // Keys not given keep their values.
+  // Keys not given keep their values, except the three torch's parser puts back to their
+  // defaults on every call (test_allocator_settings relies on it).
   set_allocator_settings("quick_cache:True");
   const memory::AllocatorConfig d = memory::device_allocator(0).settings();
   EXPECT_TRUE(d.quick_cache);
-  EXPECT_DOUBLE_EQ(d.garbage_collection_threshold, 0.7);
+  EXPECT_EQ(d.max_non_split_rounding, 32 * memory::kMiB);
+  EXPECT_DOUBLE_EQ(d.garbage_collection_threshold, 0.0);
+  EXPECT_EQ(d.divisions_for(100 * memory::kMiB), 0u);
+  EXPECT_EQ(d.max_split_size, SIZE_MAX);
   set_allocator_settings("garbage_collection_threshold:0.99,roundup_power2_divisions:0,"
                          "max_non_split_rounding_mb:20,expandable_segments_slack_div:32,"
                          "expandable_segments_max_chunk_mb:32");
@@ -138,9 +142,10 @@ TEST(MemoryConfig, SegmentKindAndSplitSizeApplyToLaterSegments) {
   const MemoryStats s0 = memory_stats_of();
   set_allocator_settings("expandable_segments:False,max_split_size_mb:40");
   void* a = caching_allocator_alloc(40 << 20);
-  set_allocator_settings("expandable_segments:True");
+  // max_split_size_mb again each time: a call that omits it puts it back to unlimited (torch)
+  set_allocator_settings("expandable_segments:True,max_split_size_mb:40");
   void* b = caching_allocator_alloc(40 << 20);
-  set_allocator_settings("expandable_segments:False");
+  set_allocator_settings("expandable_segments:False,max_split_size_mb:40");
   void* c = caching_allocator_alloc(40 << 20);
   EXPECT_EQ(segment_of(reinterpret_cast<std::uintptr_t>(a))["is_expandable"], false);
   EXPECT_EQ(segment_of(reinterpret_cast<std::uintptr_t>(b))["is_expandable"], true);
@@ -168,10 +173,9 @@ TEST(MemoryConfig, InertKeysWarn) {
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_NE(seen[0].find("release_lock_on_cudamalloc"), std::string::npos);
   EXPECT_NE(seen[0].find("no effect"), std::string::npos);
+  // a key that applies (since graph-capture reuse exists) says nothing
   set_allocator_settings("graph_capture_record_stream_reuse:False,quick_cache:True");
-  seen = w.take();
-  ASSERT_EQ(seen.size(), 1u);
-  EXPECT_NE(seen[0].find("graph_capture_record_stream_reuse"), std::string::npos);
+  EXPECT_TRUE(w.take().empty());
   set_allocator_settings("quick_cache:True");
   EXPECT_TRUE(w.take().empty());
 }

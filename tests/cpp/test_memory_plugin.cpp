@@ -323,6 +323,81 @@ TEST(MemoryPlugin, RecordStreamDuringCaptureDefersTheFreeEvents) {
   h.release_pool(0, pool);
 }
 
+namespace {
+// test_graph_capture_reclaim_{2,4}_streams: `data` (allocated on the capture's stream s[0])
+// is used by work on the forked streams s[1..], freed, and the streams are joined back into
+// s[0] in the steps `joins` gives (pairs: waiter, waited-for). Returns whether an allocation
+// on s[0] after each step got `data`'s memory back.
+std::vector<bool> reuse_after_joins(bool reuse, std::vector<Stream>& s,
+                                    const std::vector<std::vector<std::pair<int, int>>>& joins,
+                                    std::uint64_t pool_no) {
+  set_allocator_settings(reuse ? "graph_capture_record_stream_reuse:True"
+                               : "graph_capture_record_stream_reuse:False");
+  const TorchAllocatorHooks& h = torch_allocator_hooks();
+  detail::Backend& b = detail::backend();
+  const TorchMempoolId pool{pool_no, 0};
+  auto wait = [&](int waiter, int waited) {
+    detail::EventHandle e = b.event_create(0, detail::kEventDisableTiming);
+    b.event_record(e, s[waited].handle());
+    b.stream_wait_event(s[waiter].handle(), e);
+    b.event_destroy(e);
+  };
+  std::vector<void*> live;
+  auto alloc = [&](int on) {
+    live.push_back(h.malloc(512, 0, as_torch(s[on].handle())));
+    return live.back();
+  };
+  TorchCapture cap(s[0], pool);
+  void* sink = alloc(0);
+  void* data = alloc(0);
+  b.memset_d8_async(data, 1, 512, s[0].handle());
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    wait(static_cast<int>(i), 0);  // fork
+    void* out = alloc(static_cast<int>(i));
+    b.memset_d8_async(out, 2, 512, s[i].handle());  // stands for a kernel reading `data`
+    h.record_stream(data, as_torch(s[i].handle()));
+  }
+  live.erase(std::find(live.begin(), live.end(), data));
+  h.free(data, 512, 0, as_torch(s[0].handle()));
+  std::vector<bool> got;
+  for (const auto& step : joins) {
+    for (auto [waiter, waited] : step) {
+      wait(waiter, waited);
+      b.memset_d8_async(sink, 3, 512, s[waiter].handle());  // a sink node on the waiter
+    }
+    void* p = alloc(0);
+    got.push_back(p == data);
+  }
+  for (std::size_t i = 1; i < s.size(); ++i) wait(0, static_cast<int>(i));  // capture joins all
+  cap.end();
+  for (void* p : live) h.free(p, 512, 0, nullptr);
+  // The next allocation outside the capture records the deferred block's events on the
+  // streams that used it: before they are destroyed.
+  h.free(h.malloc(512, 0, as_torch(s[0].handle())), 512, 0, nullptr);
+  synchronize();
+  h.release_pool(0, pool);
+  empty_cache();  // the released pool's segments go: later tests measure reserved memory
+  set_allocator_settings("graph_capture_record_stream_reuse:False");
+  return got;
+}
+}  // namespace
+
+TEST(MemoryPlugin, CaptureReusesARecordStreamBlockOnceItsStreamsJoin) {
+  // Two streams: no reuse while s1's work may still read the block; reuse after the join.
+  std::vector<Stream> s(2);
+  EXPECT_EQ(reuse_after_joins(true, s, {{}, {{0, 1}}}, 4250), (std::vector<bool>{false, true}));
+  // Without the setting the block waits for the capture's end (torch's default).
+  EXPECT_EQ(reuse_after_joins(false, s, {{}, {{0, 1}}}, 4251), (std::vector<bool>{false, false}));
+}
+
+TEST(MemoryPlugin, CaptureReuseWaitsForEveryStreamThatUsedTheBlock) {
+  // Four streams: s1 joins s0 and s3 joins s2, but s0 does not yet follow s2/s3's work; only
+  // after s0 waits for s2 is the block safe.
+  std::vector<Stream> s(4);
+  EXPECT_EQ(reuse_after_joins(true, s, {{{0, 1}, {2, 3}}, {{0, 2}}}, 4252),
+            (std::vector<bool>{false, true}));
+}
+
 TEST(MemoryPlugin, EmptyCacheWhileAPoolRoutesReleasesOnlyUnownedPools) {
   // torch.cuda.empty_cache() inside use_mem_pool or a capture: torch waits for no event and
   // frees no device memory then (test_mempool_emptycache_multithread: "empty_cache should

@@ -47,6 +47,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "`python -m cudakit memory replay` picks the backend of the child process it starts "
         "(CUDAKIT_BACKEND, as a user would on the command line): the replay needs no GPU; "
         "nothing in this process branches on the backend",
+    ("library-loading", "python/cudakit/_torch_interop.py"):
+        "use_with_torch() finds libc10's profiler entry points in the copy torch has already "
+        "loaded (RTLD_NOLOAD, never a new load): torch's library, no CUDA library, the same "
+        "on every backend",
     ("library-loading", "python/cudakit/_device.py"):
         "same: cudart() is torch's ctypes handle to the CUDA runtime",
     ("cuda-headers", "src/nvtx/nvtx_c.hpp"):

@@ -50,8 +50,8 @@ def test_inert_key_in_the_environment_warns_at_first_allocation():
         import cudakit.memory as m
         m.caching_allocator_delete(m.caching_allocator_alloc(8))
         m.caching_allocator_delete(m.caching_allocator_alloc(8))
-    """, PYTORCH_CUDA_ALLOC_CONF="graph_capture_record_stream_reuse:True")
-    assert r.stderr.count("graph_capture_record_stream_reuse") == 1, r.stderr
+    """, PYTORCH_CUDA_ALLOC_CONF="release_lock_on_cudamalloc:True")
+    assert r.stderr.count("release_lock_on_cudamalloc") == 1, r.stderr
     assert "UserWarning" in r.stderr
 
 

@@ -378,3 +378,12 @@ def test_cupy_allocations_count_as_cupy(ck, monkeypatch):
     free()
     assert m.memory_allocated_by("cupy") == c0
     assert m.memory_stats_by_framework()["cupy"]["allocation"]["freed"] >= 1
+
+
+def test_allocator_backend_is_cudakits(interop, torch):
+    # torch.cuda.get_allocator_backend() reads torch._C._cuda_getAllocatorBackend at call time;
+    # torch's pluggable layer answers "pluggable" there.
+    torch._C._cuda_getAllocatorBackend = lambda: "pluggable"
+    interop.use_with_torch()
+    assert torch._C._cuda_getAllocatorBackend() == interop.get_allocator_backend()
+    assert torch._C._cuda_getAllocatorBackend() in ("native", "cudaMallocAsync")

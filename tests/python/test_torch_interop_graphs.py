@@ -209,3 +209,39 @@ def test_mempool_with_torchs_pluggable_allocator(interop, torch):
     assert not buffers
     with pytest.raises(NotImplementedError, match="created before use_with_torch"):
         torch.cuda.MemPool(allocator=torch.cuda.memory._CUDAAllocator(object()))
+
+
+def test_torch_profiler_sees_allocations_through_the_hooks(interop):
+    # torch.profiler(profile_memory=True) (test_memory_profiler_viz): torch's own allocator
+    # calls c10::reportMemoryUsageToProfiler; under use_with_torch() the hook table does.
+    # Stand-ins with c10's signatures, called as torch's pluggable allocator calls the hooks.
+    import ctypes
+
+    from cudakit import _C
+    hooks = _C._mem_torch_hooks()
+    malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                              ctypes.c_void_p)(hooks["malloc"])
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                            ctypes.c_void_p)(hooks["free"])
+    wanted = [True]
+    seen = []
+    enabled = ctypes.CFUNCTYPE(ctypes.c_bool)(lambda: wanted[0])
+    # c10::Device is two bytes (type, index), passed in one register
+    report = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t,
+                              ctypes.c_size_t, ctypes.c_uint16)(
+        lambda p, n, alloc, res, dev: seen.append((p, n, alloc, res, dev & 0xFF, dev >> 8)))
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    _C._mem_torch_set_memory_reporter(addr(enabled), addr(report))
+    try:
+        p = malloc(1000, 0, None)
+        allocated = interop.memory_stats()["allocated_bytes.all.current"]
+        free(p, 1000, 0, None)
+        wanted[0] = False  # the profiler stopped: nothing more is reported
+        free(malloc(1000, 0, None), 1000, 0, None)
+    finally:
+        _C._mem_torch_set_memory_reporter(0, 0)
+    assert [(a[0], a[1], a[4], a[5]) for a in seen] == [(p, 1024, 1, 0), (p, -1024, 1, 0)]
+    assert seen[0][2] == allocated and seen[1][2] == allocated - 1024  # totals after the change
+    assert seen[0][3] >= allocated
+    with pytest.raises(ValueError, match="both"):
+        _C._mem_torch_set_memory_reporter(addr(enabled), 0)

@@ -160,6 +160,7 @@ class CudaBackend final : public Backend {
   bool graph_tools_ids_available() noexcept override;
   std::uint32_t graph_exec_id(GraphExecHandle g) override;
   std::size_t stream_capture_node_count(StreamHandle s) override;
+  std::vector<std::uint64_t> stream_capture_frontier(StreamHandle s, bool ancestors) override;
   CaptureMode thread_exchange_capture_mode(CaptureMode mode) override;
 
   // ---- green contexts (cuda_green_contexts.cpp) ----

@@ -5,6 +5,7 @@
 // cuptiGetGraphNodeId / cuptiGetGraphExecId (cupti.hpp). Node and exec ids always come from
 // the same source, so the remapped id (exec id << 32 | node id) is consistent.
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cupti.hpp"
@@ -321,6 +322,47 @@ std::size_t CudaBackend::stream_capture_node_count(StreamHandle s) {
   std::size_t n = 0;
   check(t.cuGraphGetNodes(g, nullptr, &n), "cuGraphGetNodes");
   return n;
+}
+
+std::vector<std::uint64_t> CudaBackend::stream_capture_frontier(StreamHandle s, bool ancestors) {
+  ensure_context(s, "stream_capture_frontier");
+  const EntryPoints& t = api("stream_capture_frontier");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph g = nullptr;
+  const CUgraphNode* deps = nullptr;
+  std::size_t n_deps = 0;
+  // The dependency array belongs to the driver and stays valid until the next call on `s`.
+  check(CUDAKIT_CU_OPTIONAL(t, cuStreamGetCaptureInfo)(cu(s), &status, nullptr, &g, &deps,
+                                                       nullptr, &n_deps),
+        "cuStreamGetCaptureInfo");
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || n_deps == 0) return {};
+  std::vector<std::uint64_t> out;
+  out.reserve(n_deps);
+  for (std::size_t i = 0; i < n_deps; ++i) out.push_back(reinterpret_cast<std::uint64_t>(deps[i]));
+  if (!ancestors) return out;
+  // One edge query of the graph under capture (a read, which capture allows), then a walk
+  // backwards from the dependencies: cheaper than a cuGraphNodeGetDependencies per node.
+  auto get_edges = CUDAKIT_CU_OPTIONAL(t, cuGraphGetEdges);
+  std::size_t n = 0;
+  check(get_edges(g, nullptr, nullptr, nullptr, &n), "cuGraphGetEdges");
+  std::vector<CUgraphNode> from(n), to(n);
+  std::vector<CUgraphEdgeData> data(n);  // graph_edges() says why it is asked for
+  if (n) check(get_edges(g, from.data(), to.data(), data.data(), &n), "cuGraphGetEdges");
+  std::unordered_multimap<CUgraphNode, CUgraphNode> parents;
+  parents.reserve(n);
+  for (std::size_t i = 0; i < n && i < from.size(); ++i) parents.emplace(to[i], from[i]);
+  std::unordered_set<CUgraphNode> seen;
+  std::vector<CUgraphNode> work(deps, deps + n_deps);
+  out.clear();
+  while (!work.empty()) {
+    CUgraphNode v = work.back();
+    work.pop_back();
+    if (!seen.insert(v).second) continue;
+    out.push_back(reinterpret_cast<std::uint64_t>(v));
+    auto [lo, hi] = parents.equal_range(v);
+    for (auto it = lo; it != hi; ++it) work.push_back(it->second);
+  }
+  return out;
 }
 
 CaptureMode CudaBackend::thread_exchange_capture_mode(CaptureMode mode) {

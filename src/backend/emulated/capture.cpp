@@ -88,6 +88,30 @@ std::size_t EmulatedBackend::stream_capture_node_count(StreamHandle h) {
   return s->cap ? s->cap->graph->nodes.size() : 0;
 }
 
+std::vector<std::uint64_t> EmulatedBackend::stream_capture_frontier(StreamHandle h,
+                                                                    bool ancestors) {
+  Stream* s = resolve(h);
+  if (!s->capturing.load(std::memory_order_acquire)) return {};
+  std::lock_guard lock(capture_mu_);
+  if (!s->cap) return {};
+  // Node indices restart in every graph: the session id in the upper half keeps the ids of
+  // two live captures apart (as CUDA's node handles are).
+  const std::uint64_t tag = s->cap->id << 32;
+  const std::vector<GraphNode>& nodes = s->cap->graph->nodes;
+  std::vector<std::uint64_t> out;
+  std::vector<char> seen(nodes.size(), 0);
+  std::vector<std::uint64_t> work(s->cap_tail.begin(), s->cap_tail.end());
+  while (!work.empty()) {
+    const std::uint64_t n = work.back();
+    work.pop_back();
+    if (n >= nodes.size() || seen[n]) continue;
+    seen[n] = 1;
+    out.push_back(tag | n);
+    if (ancestors) work.insert(work.end(), nodes[n].deps.begin(), nodes[n].deps.end());
+  }
+  return out;
+}
+
 void EmulatedBackend::invalidate_locked(CaptureSession& c) { c.invalidated = true; }
 
 void EmulatedBackend::end_session_locked(CaptureSession& c) {

@@ -338,6 +338,7 @@ class EmulatedBackend final : public Backend {
   bool graph_tools_ids_available() noexcept override { return true; }
   std::uint32_t graph_exec_id(GraphExecHandle g) override;
   std::size_t stream_capture_node_count(StreamHandle s) override;
+  std::vector<std::uint64_t> stream_capture_frontier(StreamHandle s, bool ancestors) override;
   CaptureMode thread_exchange_capture_mode(CaptureMode mode) override;
 
   void profiler_start() override;
