@@ -85,5 +85,24 @@ or test_allocator_backend" NPROC=0 RUN_BUDGET=200 bash $TS/run.sh /tmp/ts26 > "$
       python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt
     } > "$OUT/issue26_bench.log" 2>&1
     cat "$OUT/issue26_bench.log" | tail -60 ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26" >&2; exit 2 ;;
+  verify)  # ~520 s cold (sixth session): build, the two GPU-only faults of the fifth session
+    # (torch's cudnn-threads test body on cudakit's pool, plainly and under memcheck; the
+    # profiler stress at the issue's 60 s, with the driver's error log), then the whole cuda
+    # suite and the examples. The faults run first: the suite measures device memory.
+    STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1 ||
+      { tail -30 "$OUT/suite/build.log"; exit 1; }
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda
+    R=bench/torch/cudnn_threads_repro.py
+    { timeout 60 python3 $R; echo "rc=$?"; } > "$OUT/cudnn.log" 2>&1
+    ( { ITERS=50 timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 $R; echo "rc=$?"; } \
+        > "$OUT/cudnn_memcheck.log" 2>&1 ) &
+    ( { CUDA_LOG_FILE="$OUT/stress.cudalog" CUDAKIT_STRESS_SECONDS=60 timeout 150 python3 -m pytest -q \
+        -p no:cacheprovider tests/python/test_profiler_stress.py; echo "rc=$?"; } > "$OUT/stress.log" 2>&1 ) &
+    wait
+    tail -3 "$OUT/cudnn.log"; tail -4 "$OUT/cudnn_memcheck.log"; tail -3 "$OUT/stress.log"
+    head -c 1500 "$OUT/stress.cudalog" 2>/dev/null | grep -v INVALID_CONTEXT | grep -v "No CUDA context" | head
+    STEPS="cuda examples" SYNC_DEBUG_PASS=0 HANG_SECONDS=300 bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    cat "$OUT/suite/summary.md"
+    grep -hE "^FAILED|\*\*\*Failed" "$OUT"/suite/test-cuda.log | head -30 ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify" >&2; exit 2 ;;
 esac
