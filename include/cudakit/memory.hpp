@@ -81,6 +81,17 @@ MemoryStats memory_stats_of(int device = kCurrentDevice);
 // "framework.{cudakit,torch,cupy}.{allocation,allocated_bytes,requested_bytes}.{current,peak,
 // allocated,freed}" (torch has no such keys; its tools ignore them).
 std::map<std::string, std::int64_t> memory_stats(int device = kCurrentDevice);
+// memory_stats()' keys in its order, each with where its counter lies in MemoryStats: callers
+// that convert the statistics often (the Python binding) read memory_stats_of() through this
+// table instead of building ~160 strings per call.
+struct MemoryStatField {
+  std::string key;
+  std::size_t offset;  // of a std::int64_t inside MemoryStats
+  std::int64_t value(const MemoryStats& s) const noexcept {
+    return *reinterpret_cast<const std::int64_t*>(reinterpret_cast<const char*>(&s) + offset);
+  }
+};
+const std::vector<MemoryStatField>& memory_stat_fields();
 
 std::size_t memory_allocated(int device = kCurrentDevice);      // O(1)
 std::size_t max_memory_allocated(int device = kCurrentDevice);

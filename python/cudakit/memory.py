@@ -53,8 +53,9 @@ def _nest(flat: dict[str, int]) -> dict[str, Any]:
 # ---- statistics ----
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    """Caching allocator statistics of ``device`` with torch's flat keys, sorted."""
-    return collections.OrderedDict(sorted(_C._mem_stats(device).items()))
+    """Caching allocator statistics of ``device`` with torch's flat keys, sorted (an
+    OrderedDict as torch's; _C builds it in order)."""
+    return _C._mem_stats(device)
 
 
 def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:

@@ -1,14 +1,12 @@
 // Bindings for the memory module (names prefixed _mem_; python/cudakit/memory.py gives them
 // torch.cuda.memory's names and signatures).
 #include <Python.h>
-#include <frameobject.h>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <optional>
-#include <unordered_set>
 
 #include "args.hpp"
 #include "convert.hpp"
@@ -17,6 +15,7 @@
 #include "cudakit/memory.hpp"
 #include "cudakit/python_stacks.hpp"
 #include "cudakit/tensor.hpp"
+#include "py_stack.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -39,39 +38,12 @@ MempoolId required_pool_id(py::handle v, Arg a) {
   return *pool_id_arg(v, a);
 }
 
-// Python stack capture for _record_memory_history(stacks="python"/"all"): runs on the
-// allocating thread, only when it holds the GIL (allocations from C++ threads have no Python
-// stack). Records raw (code object, instruction offset) pairs; file/line/name are looked up
-// at snapshot time (symbolize_python_frame). Code objects seen here are kept alive for the
-// life of the process (one reference each, taken the first time), so a recorded pointer can
-// never dangle or be reused by another code object.
+// Python stacks for _record_memory_history(stacks="python"/"all") (py_stack.hpp): captured
+// on the allocating thread only when it holds the GIL (allocations from C++ threads have no
+// Python stack); file/line/name are looked up at snapshot time.
 void capture_python_stack(std::vector<PyFrameRef>& out) {
   if (!Py_IsInitialized() || !PyGILState_Check()) return;
-  static auto* kept = new std::unordered_set<const void*>();  // guarded by the GIL
-  PyFrameObject* f = PyEval_GetFrame();
-  if (f) Py_INCREF(f);
-  int depth = 0;
-  while (f && depth++ < 64) {
-    PyCodeObject* code = PyFrame_GetCode(f);
-    // A direct-mapped cache of code objects already kept saves the set lookup (~20 ns a
-    // frame) for the frames a program allocates from again and again.
-    static const void* seen[1024] = {};  // guarded by the GIL
-    const void*& slot = seen[(reinterpret_cast<std::uintptr_t>(code) >> 4) & 1023];
-    if (slot != code) {
-      if (kept->insert(code).second) Py_INCREF(code);
-      slot = code;
-    }
-#if PY_VERSION_HEX >= 0x030B0000
-    out.push_back({code, PyFrame_GetLasti(f)});
-#else
-    out.push_back({code, -2 - PyFrame_GetLineNumber(f)});  // no lasti before 3.11: the line
-#endif
-    Py_DECREF(code);
-    PyFrameObject* back = PyFrame_GetBack(f);
-    Py_DECREF(f);
-    f = back;
-  }
-  if (f) Py_DECREF(f);
+  capture_python_frames(out);
 }
 
 void symbolize_python_frame(const PyFrameRef& fr, std::string& file, int& line,
@@ -81,11 +53,7 @@ void symbolize_python_frame(const PyFrameRef& fr, std::string& file, int& line,
   line = 0;
   if (!Py_IsInitialized() || !fr.code) return;
   PyGILState_STATE g = PyGILState_Ensure();
-  auto* code = static_cast<PyCodeObject*>(const_cast<void*>(fr.code));
-  if (const char* s = PyUnicode_AsUTF8(code->co_filename)) file = s;
-  if (const char* s = PyUnicode_AsUTF8(code->co_name)) name = s;
-  line = fr.lasti <= -2 ? -2 - fr.lasti : PyCode_Addr2Line(code, fr.lasti);
-  if (PyErr_Occurred()) PyErr_Clear();
+  python_frame_location(fr, file, line, name);
   PyGILState_Release(g);
 }
 
@@ -138,10 +106,46 @@ py::dict pool_view_dict(const PoolView& v) {
   return d;
 }
 
+// memory_stats() as torch returns it: a collections.OrderedDict in sorted key order. The key
+// objects are built once (interned) and the dict filled in one pass from one copy of the
+// counters: no per-call std::string / std::map, and no Python-side sort (these were ~95 % of
+// the call, issue 31).
+py::object memory_stats_dict(int device) {
+  struct Keys {
+    std::vector<PyObject*> names;
+    PyObject* ordered_dict = nullptr;
+  };
+  static const Keys* keys = [] {
+    auto* k = new Keys;  // lives for the process (the interpreter owns the strings)
+    for (const MemoryStatField& f : memory_stat_fields()) {
+      PyObject* name = PyUnicode_InternFromString(f.key.c_str());
+      if (!name) throw py::error_already_set();
+      k->names.push_back(name);
+    }
+    k->ordered_dict = py::object(py::module_::import("collections").attr("OrderedDict")).release().ptr();
+    return k;
+  }();
+  const MemoryStats s = memory_stats_of(device);
+  const auto& fields = memory_stat_fields();
+  // PyODict_SetItem on a fresh OrderedDict is the cheapest way in: OrderedDict(dict) goes
+  // through MutableMapping.update (~7x slower).
+  py::object out = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(keys->ordered_dict));
+  if (!out) throw py::error_already_set();
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    PyObject* v = PyLong_FromLongLong(fields[i].value(s));
+    if (!v || PyODict_SetItem(out.ptr(), keys->names[i], v) < 0) {
+      Py_XDECREF(v);
+      throw py::error_already_set();
+    }
+    Py_DECREF(v);
+  }
+  return out;
+}
+
 void bind(py::module_& m) {
   set_allocator_wait_hooks(&release_gil_if_held, &reacquire_gil);
   set_allocator_warning_handler(&warn_from_allocator);
-  m.def("_mem_stats", [](py::handle d) { return memory_stats(dev(d, "memory_stats")); }, py::arg("device") = py::none());
+  m.def("_mem_stats", [](py::handle d) { return memory_stats_dict(dev(d, "memory_stats")); }, py::arg("device") = py::none());
   m.def("_mem_allocated", [](py::handle d) { return memory_allocated(dev(d, "memory_allocated")); }, py::arg("device") = py::none());
   m.def("_mem_max_allocated", [](py::handle d) { return max_memory_allocated(dev(d, "max_memory_allocated")); }, py::arg("device") = py::none());
   m.def("_mem_reserved", [](py::handle d) { return memory_reserved(dev(d, "memory_reserved")); }, py::arg("device") = py::none());

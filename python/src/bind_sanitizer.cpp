@@ -2,12 +2,10 @@
 // torch.cuda._sanitizer's names): switches, declared accesses, the interpreter's stack hooks,
 // warn-mode reports as Python warnings and CUDASanitizerErrors as a Python exception.
 #include <Python.h>
-#include <frameobject.h>
 #include <pybind11/stl.h>
 
 #include <cstdio>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "args.hpp"
@@ -15,6 +13,7 @@
 #include "cudakit/sanitizer.hpp"
 #include "cudakit/tensor.hpp"
 #include "errors.hpp"
+#include "py_stack.hpp"
 #include "registry.hpp"
 
 namespace cudakit::python {
@@ -55,36 +54,10 @@ class GilIfPossible {
   PyGILState_STATE state_{};
 };
 
-// Raw frames (code object, instruction offset), innermost first. Code objects are kept alive
-// for the life of the process (one reference each, taken the first time; guarded by the GIL),
-// so a recorded frame never dangles.
+// Raw frames (code object, instruction offset), innermost first (py_stack.hpp).
 void capture_stack(std::vector<PyFrameRef>& out, bool may_block) {
   GilIfPossible gil(may_block);
-  if (!gil.ok()) return;
-  static auto* kept = new std::unordered_set<const void*>();
-  // Direct-mapped cache in front of `kept`: a loop's few code objects skip the hash set.
-  static const void* seen[256] = {};
-  PyFrameObject* f = PyEval_GetFrame();
-  if (f) Py_INCREF(f);
-  int depth = 0;
-  while (f && depth++ < 64) {
-    PyCodeObject* code = PyFrame_GetCode(f);
-    const void*& slot = seen[(reinterpret_cast<std::uintptr_t>(code) >> 4) & 255];
-    if (slot != code) {
-      if (kept->insert(code).second) Py_INCREF(code);
-      slot = code;
-    }
-#if PY_VERSION_HEX >= 0x030B0000
-    out.push_back({code, PyFrame_GetLasti(f)});
-#else
-    out.push_back({code, -2 - PyFrame_GetLineNumber(f)});  // no lasti before 3.11: the line
-#endif
-    Py_DECREF(code);
-    PyFrameObject* back = PyFrame_GetBack(f);
-    Py_DECREF(f);
-    f = back;
-  }
-  if (f) Py_DECREF(f);
+  if (gil.ok()) capture_python_frames(out);
 }
 
 void symbolize(const PyFrameRef& fr, std::string& file, int& line, std::string& name,
@@ -95,11 +68,7 @@ void symbolize(const PyFrameRef& fr, std::string& file, int& line, std::string& 
     file = "<Python frame: named only on a thread holding the GIL>";
     return;
   }
-  auto* code = static_cast<PyCodeObject*>(const_cast<void*>(fr.code));
-  if (const char* s = PyUnicode_AsUTF8(code->co_filename)) file = s;
-  if (const char* s = PyUnicode_AsUTF8(code->co_name)) name = s;
-  line = fr.lasti <= -2 ? -2 - fr.lasti : PyCode_Addr2Line(code, fr.lasti);
-  if (PyErr_Occurred()) PyErr_Clear();
+  python_frame_location(fr, file, line, name);
   try {
     py::object text = py::module_::import("linecache").attr("getline")(file, line);
     source = py::str(text).cast<std::string>();

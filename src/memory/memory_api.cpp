@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
@@ -35,9 +36,23 @@ MemoryStats memory_stats_of(int device) {
   return s;
 }
 
-std::map<std::string, std::int64_t> memory_stats(int device) {
-  const MemoryStats s = memory_stats_of(device);
-  std::map<std::string, std::int64_t> m;
+namespace {
+// memory_stats()' keys with the offset of their counter in MemoryStats, built once in the
+// key order (std::map's byte order = Python's str order = torch's sorted OrderedDict).
+std::vector<MemoryStatField> build_stat_fields() {
+  static const MemoryStats proto{};
+  const char* base = reinterpret_cast<const char*>(&proto);
+  std::map<std::string, std::size_t> m;
+  auto put = [&](const std::string& key, const std::int64_t& v) {
+    m[key] = static_cast<std::size_t>(reinterpret_cast<const char*>(&v) - base);
+  };
+  auto put_stat = [&](const std::string& prefix, const MemoryStat& st) {
+    put(prefix + ".current", st.current);
+    put(prefix + ".peak", st.peak);
+    put(prefix + ".allocated", st.allocated);
+    put(prefix + ".freed", st.freed);
+  };
+  const MemoryStats& s = proto;
   const std::pair<const char*, const MemoryStat*> arrays[] = {
       {"allocation", s.allocation},         {"segment", s.segment},
       {"active", s.active},                 {"inactive_split", s.inactive_split},
@@ -46,26 +61,42 @@ std::map<std::string, std::int64_t> memory_stats(int device) {
       {"requested_bytes", s.requested_bytes}};
   for (auto [name, arr] : arrays)
     for (int i = 0; i < kNumStatPools; ++i)
-      put_stat(m, std::string(name) + "." + kStatPoolNames[i], arr[i]);
-  m["num_alloc_retries"] = s.num_alloc_retries;
-  m["num_ooms"] = s.num_ooms;
-  m["num_sync_all_streams"] = s.num_sync_all_streams;
-  m["num_device_alloc"] = s.num_device_alloc;
-  m["num_device_free"] = s.num_device_free;
-  m["max_split_size"] = s.max_split_size;
-  put_stat(m, "oversize_allocations", s.oversize_allocations);
-  put_stat(m, "oversize_segments", s.oversize_segments);
-  m["sleep.pool_bytes"] = s.sleep.pool_bytes;
-  m["sleep.asleep_bytes"] = s.sleep.asleep_bytes;
-  m["sleep.offloaded_bytes"] = s.sleep.offloaded_bytes;
-  m["sleep.num_sleeps"] = s.sleep.num_sleeps;
-  m["sleep.num_wake_ups"] = s.sleep.num_wake_ups;
+      put_stat(std::string(name) + "." + kStatPoolNames[i], arr[i]);
+  put("num_alloc_retries", s.num_alloc_retries);
+  put("num_ooms", s.num_ooms);
+  put("num_sync_all_streams", s.num_sync_all_streams);
+  put("num_device_alloc", s.num_device_alloc);
+  put("num_device_free", s.num_device_free);
+  put("max_split_size", s.max_split_size);
+  put_stat("oversize_allocations", s.oversize_allocations);
+  put_stat("oversize_segments", s.oversize_segments);
+  put("sleep.pool_bytes", s.sleep.pool_bytes);
+  put("sleep.asleep_bytes", s.sleep.asleep_bytes);
+  put("sleep.offloaded_bytes", s.sleep.offloaded_bytes);
+  put("sleep.num_sleeps", s.sleep.num_sleeps);
+  put("sleep.num_wake_ups", s.sleep.num_wake_ups);
   for (int c = 0; c < kNumMemoryClients; ++c) {
     const std::string prefix = std::string("framework.") + kMemoryClientNames[c] + ".";
-    put_stat(m, prefix + "allocation", s.by_client[c].allocation);
-    put_stat(m, prefix + "allocated_bytes", s.by_client[c].allocated_bytes);
-    put_stat(m, prefix + "requested_bytes", s.by_client[c].requested_bytes);
+    put_stat(prefix + "allocation", s.by_client[c].allocation);
+    put_stat(prefix + "allocated_bytes", s.by_client[c].allocated_bytes);
+    put_stat(prefix + "requested_bytes", s.by_client[c].requested_bytes);
   }
+  std::vector<MemoryStatField> out;
+  out.reserve(m.size());
+  for (auto& [key, off] : m) out.push_back({key, off});
+  return out;
+}
+}  // namespace
+
+const std::vector<MemoryStatField>& memory_stat_fields() {
+  static const std::vector<MemoryStatField> fields = build_stat_fields();
+  return fields;
+}
+
+std::map<std::string, std::int64_t> memory_stats(int device) {
+  const MemoryStats s = memory_stats_of(device);
+  std::map<std::string, std::int64_t> m;
+  for (const MemoryStatField& f : memory_stat_fields()) m.emplace(f.key, f.value(s));
   return m;
 }
 

@@ -44,6 +44,25 @@ def test_alloc_delete_and_stats():
     assert mem.memory_stats()["allocated_bytes.all.allocated"] == 0
 
 
+def test_memory_stats_is_a_fresh_ordered_dict_per_call():
+    # torch returns a new collections.OrderedDict each call; the fast binding builds one with
+    # cached key strings, so a caller's edits must not leak into the next call.
+    import collections
+    p = mem.caching_allocator_alloc(3 << 20)
+    try:
+        a = mem.memory_stats()
+        assert type(a) is collections.OrderedDict
+        a["allocated_bytes.all.current"] = -1
+        a.move_to_end("allocation.all.current")
+        b = mem.memory_stats()
+        assert b is not a and list(b) == sorted(b)
+        assert b["allocated_bytes.all.current"] == mem.memory_allocated() > 0
+        assert b["allocated_bytes.large_pool.current"] >= 3 << 20
+        assert b["framework.cudakit.allocation.current"] >= 1
+    finally:
+        mem.caching_allocator_delete(p)
+
+
 def test_device_argument_forms():
     class Dev:
         type = "cuda"
