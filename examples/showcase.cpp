@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
   fs::create_directories(out);
   record_memory_history();
   Tensor x = randn({256, 256}, device_options());
-  // Warm-up before capturing: the first GEMM creates this thread's cuBLAS handle, which
-  // cannot happen inside a capture.
+  // Warm-up before capturing, as torch.cuda.graphs asks: one-time setup (this thread's cuBLAS
+  // handle) then happens outside the graph.
   Tensor y = relu(matmul(x, x)) + 1.0;
   synchronize();
   CUDAGraph graph;

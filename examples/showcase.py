@@ -50,8 +50,8 @@ def step(inp):
         return h @ w2 + inp
 
 
-# Warm up before capturing, as torch.cuda.graphs asks: the first GEMM creates this thread's
-# cuBLAS handle, which cannot happen inside a capture.
+# Warm up before capturing, as torch.cuda.graphs asks: one-time setup (this thread's cuBLAS
+# handle) then happens outside the graph, and the first replay is not the first run.
 step(x)
 cudakit.synchronize()
 

@@ -141,6 +141,12 @@ case "$mode" in
     install_deps chromium; build  # chromium: the memory viewer's headless-browser test
     echo "== tests on the emulated backend"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+    # cmake --install after a partial build (only `cudakit`; only what the showcase builds),
+    # then a find_package consumer: from this tree, with the other targets' files moved aside
+    # for a moment (issue 30; ~6 s, so not a second build tree).
+    echo "== install after partial builds + find_package consumer"
+    CUDAKIT_BACKEND=emulated tests/install/partial.sh "$BUILD_DIR" \
+      "$(sed -n 's/^CUDAKIT_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")" "$PYTHON"
     # The whole Python suite once more under set_sync_debug_mode("error") (issue 24): an op
     # that waits for the device where torch does not fails its test. A test's own read-backs
     # are let through (tests/python/conftest.py). 60-100 s on the shared 2 cores (1128 tests), so the full suite.

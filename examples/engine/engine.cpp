@@ -186,7 +186,8 @@ int main(int argc, char** argv) try {
   cudakit::record_memory_history(std::nullopt);
 
   std::printf("\nopen these:\n  trace:  %s  (https://ui.perfetto.dev)\n"
-              "  memory: python3 -m cudakit.memory_viz %s -o %s\n",
+              "  memory: PYTHONPATH=build/python python3 -m cudakit.memory_viz %s -o %s\n"
+              "          (the HTML page; PYTHONPATH: the built package, from the repository root)\n",
               trace_path.c_str(), snapshot_path.c_str(), (out / "engine_memory.html").c_str());
   const bool ok = d0 < 1e-3f && d1 < 1e-3f;
   std::printf("%s\n", ok ? "ok" : "FAILED");

@@ -132,14 +132,16 @@ StreamRef default_stream(int device = kCurrentDevice);
 // Sets the current stream of the calling thread on the stream's device.
 void set_stream(StreamRef stream);
 // A stream from the per-device pool (round-robin, 32 per priority class, created lazily),
-// like torch's getStreamFromPool. priority < 0: a high-priority pool (clamped into range).
+// like torch's getStreamFromPool. priority < 0: a high-priority pool; below the device's
+// highest priority it is the highest (silently, as torch); above the lowest (0): ValueError.
 StreamRef stream_from_pool(int device = kCurrentDevice, int priority = 0);
 // Wraps an externally created stream; the caller keeps it alive.
 StreamRef get_stream_from_external(std::uintptr_t data_ptr, int device = kCurrentDevice);
 // Valid stream priorities of `device` as {least, greatest} (cudaDeviceGetStreamPriorityRange
 // order: lower is higher priority, e.g. {0, -5}). Stream(device, priority) refuses others with
 // a ValueError naming this range (a priority that does not exist is a caller's bug); the pool
-// (stream_from_pool, torch.cuda.Stream(priority=)) maps them to the nearest valid one, as torch.
+// (stream_from_pool, Python Stream(priority=)) follows torch: too high a priority is the
+// highest, a priority above the lowest is a ValueError.
 std::pair<int, int> stream_priority_range(int device = kCurrentDevice);
 
 // ---- raw-pointer copies and fills, ordered on a stream ----

@@ -221,11 +221,22 @@ void set_stream(StreamRef stream) {
 StreamRef stream_from_pool(int device, int priority) {
   int d = resolve_device(device);
   auto& be = detail::backend();
-  // torch's pool semantics (getStreamFromPool; torch.cuda.Stream(priority=) documents it):
-  // a priority outside the range maps to the nearest valid one. Stream(device, priority) is
-  // the strict form.
+  // torch's pool semantics (c10::cuda::getStreamFromPool): a priority above the lowest (0 on
+  // CUDA devices) is refused, a priority below the highest is the highest, silently (a
+  // program asking for "as urgent as possible" with -100 runs on every device). torch's
+  // docstring also promises to map large positive numbers, but its code refuses them; cudakit
+  // follows the code. Stream(device, priority) is the strict form.
   const auto [least, greatest] = stream_priority_range(d);
-  const int p = std::clamp(priority, greatest, least);  // lower number = higher priority
+  if (priority > least) {
+    throw ValueError("stream_from_pool / Stream(priority=): stream priority " +
+                     std::to_string(priority) +
+                     " is lower than the lowest priority of device " + std::to_string(d) + " (" +
+                     std::to_string(least) + "; the range is " + std::to_string(greatest) +
+                     " (highest) .. " + std::to_string(least) +
+                     ", lower numbers run first): pass 0 for the default priority or a "
+                     "negative number for a higher one, as torch.cuda.Stream");
+  }
+  const int p = std::max(priority, greatest);  // lower number = higher priority
   int level = least - p;
   if (level >= kMaxPriorityLevels) level = kMaxPriorityLevels - 1;
   PriorityPool& pool = pools(d).levels[level];

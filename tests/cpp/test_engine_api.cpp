@@ -179,10 +179,15 @@ TEST(EngineApi, OwnedStreamsRefusePrioritiesOutsideTheRange) {
   EXPECT_NE(m.find(range), std::string::npos) << m;
   EXPECT_NE(message_of<ValueError>([&] { Stream s(0, least + 1); }).find(range),
             std::string::npos);
-  // The pool keeps torch's semantics: the nearest valid priority.
+  // The pool keeps torch's getStreamFromPool semantics: more urgent than the highest is the
+  // highest; less urgent than the lowest does not exist and is refused, naming the range.
   EXPECT_EQ(stream_from_pool(0, greatest).priority(), greatest);
   EXPECT_EQ(stream_from_pool(0, -100).priority(), greatest);
-  EXPECT_EQ(stream_from_pool(0, least + 7).priority(), least);
+  EXPECT_EQ(stream_from_pool(0, least).priority(), least);
+  const std::string p = message_of<ValueError>([&] { stream_from_pool(0, least + 7); });
+  EXPECT_NE(p.find("priority " + std::to_string(least + 7) + " is lower than the lowest"),
+            std::string::npos) << p;
+  EXPECT_NE(p.find(range), std::string::npos) << p;
 }
 
 TEST(EngineApi, BadDeviceIndexNamesTheValidRange) {

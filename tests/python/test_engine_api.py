@@ -55,9 +55,14 @@ def test_stream_priority_range_and_torchs_clamping():
     least, greatest = cudakit.Stream.priority_range()
     assert least >= greatest
     assert cudakit.Stream(priority=greatest).priority == greatest
-    # torch.cuda.Stream(priority=) maps an out-of-range priority to the nearest valid one.
+    # As torch's getStreamFromPool: asking for more than the highest priority gets the
+    # highest, silently; a priority below the lowest does not exist and is refused.
     assert cudakit.Stream(priority=-100).priority == greatest
-    assert cudakit.Stream(priority=100).priority == least
+    with pytest.raises(ValueError, match=rf"stream priority 100 is lower than the lowest "
+                                         rf"priority of device 0 \({least}; the range is "
+                                         rf"{greatest} \(highest\) \.\. {least}"):
+        cudakit.Stream(priority=100)
+    assert cudakit.Stream(priority=least).priority == least
 
 
 @needs_device
@@ -99,3 +104,16 @@ def test_import_from_the_source_tree_says_how_to_build():
     assert proc.returncode != 0
     assert "PYTHONPATH=build/python" in proc.stderr, proc.stderr
     assert "circular import" not in proc.stderr.splitlines()[-1], proc.stderr
+
+
+@needs_device
+@pytest.mark.parametrize("shape, dtype", [((1 << 50,), "uint8"), ((1 << 61,), "float32")],
+                         ids=["larger-than-device", "more-than-2**63-bytes"])
+def test_impossible_allocation_reports_the_devices_free_memory(shape, dtype):
+    free, total = cudakit.mem_get_info(0)
+    with pytest.raises(cudakit.OutOfMemoryError) as info:
+        cudakit.empty(shape, dtype=getattr(cudakit, dtype), device="cuda:0")
+    e = info.value
+    # The free memory the driver reports, not 0: "0 bytes free" sends one hunting for a leak.
+    assert e.free_bytes > 0 and e.total_bytes == total, (e.free_bytes, e.total_bytes)
+    assert "0 bytes free" not in str(e) and "of which 0" not in str(e), str(e)

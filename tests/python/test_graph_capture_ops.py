@@ -292,9 +292,8 @@ def test_unary(ck, name, dtype):
 def test_matmul(ck, name):
     ops = {"matmul": lambda a, b: a.matmul(b), "__matmul__": operator.matmul,
            "module-matmul": lambda a, b: ck.tensor.matmul(a, b)}
-    # Warm-up before capture, as torch.cuda.graphs' docs ask: the thread's first GEMM creates
-    # its cuBLAS handle, and cublasCreate cannot run inside a capture (CUBLAS_STATUS_NOT_INITIALIZED
-    # on the H200 when this test ran first in its process).
+    # Warm-up before capture, as torch.cuda.graphs' docs ask (a first GEMM inside a capture is
+    # test_graph_first_gemm.py's case).
     ck.ones(2, 2, device="cuda") @ ck.ones(2, 2, device="cuda")
     ck.synchronize()
     capture_and_replay(ck, lambda rng: [inputs(rng, "float32", (3, 4)), inputs(rng, "float32", (4, 2))],

@@ -102,6 +102,8 @@ void* lt_handle(CudaBackend& b, const CublasLtApi& api, int device) {
   Slot& s = slots[static_cast<std::size_t>(device)];
   std::call_once(s.once, [&] {
     CudaBackend::ContextScope scope(b, device, "cublasLtCreate");
+    // Its own device state, not graph memory: allowed inside a capture (cuda_math.cpp).
+    ThreadCaptureModeGuard relaxed(b, CaptureMode::relaxed);
     void* h = nullptr;
     check_lt(api.cublasLtCreate(&h), "cublasLtCreate");
     s.handle = h;

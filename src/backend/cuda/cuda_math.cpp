@@ -62,13 +62,32 @@ std::vector<LibraryInfo> CudaBackend::optional_libraries() noexcept {
   return out;
 }
 
+namespace {
+// A handle that cannot be created is rarely the caller's bug: say what the statuses mean.
+void check_handle_status(int status, const char* library, const char* call) {
+  if (status == 0) return;
+  throw Error(std::string(call) + " failed with " + library + " status " +
+              std::to_string(status) +
+              " while creating this thread's handle (the library could not initialise: "
+              "out of device memory, or the device's context is unusable)");
+}
+}  // namespace
+
+// cublasCreate / cusolverDnCreate allocate device memory with cudaMalloc, a "potentially
+// unsafe" call that a global-mode capture forbids (it fails with NOT_INITIALIZED and
+// invalidates the capture: torch's issue 99397, where a warm-up before capturing is the
+// answer). The memory is the handle's own state, not graph memory, so creating it in relaxed
+// mode is safe: a thread's first product may then be inside a capture.
 void* CudaBackend::blas_handle(int device) {
   const CublasApi& c = cublas_api("current_blas_handle");
   thread_local std::unordered_map<int, void*> handles;
   if (auto it = handles.find(device); it != handles.end()) return it->second;
   ContextScope scope(*this, device, "current_blas_handle");  // handles bind to the current device
   void* h = nullptr;
-  check_status(c.cublasCreate_v2(&h), "cuBLAS", "cublasCreate");
+  {
+    ThreadCaptureModeGuard relaxed(*this, CaptureMode::relaxed);
+    check_handle_status(c.cublasCreate_v2(&h), "cuBLAS", "cublasCreate");
+  }
   handles.emplace(device, h);
   return h;
 }
@@ -80,9 +99,10 @@ void* CudaBackend::solver_handle(int device, StreamHandle s) {
   void*& h = handles[device];
   if (!h) {
     ContextScope scope(*this, device, "current_solver_handle");
+    ThreadCaptureModeGuard relaxed(*this, CaptureMode::relaxed);  // as cublasCreate above
     if (int rc = lib.api.cusolverDnCreate(&h); rc != 0) {
       h = nullptr;
-      check_status(rc, "cuSOLVER", "cusolverDnCreate");
+      check_handle_status(rc, "cuSOLVER", "cusolverDnCreate");
     }
   }
   check_status(lib.api.cusolverDnSetStream(h, s), "cuSOLVER", "cusolverDnSetStream");
