@@ -418,3 +418,37 @@ TEST(MemorySleep, HandOffErrorsInTheExportingProcess) {
   EXPECT_EQ(pool_view(tag).base, own.base) << "addresses stay while asleep";
   wake_up(std::vector<std::string>{tag});
 }
+
+TEST(MemorySleep, GrowthFallsBackToTheRequestWhenTheDeviceIsNearlyFull) {
+  // A pool of 300 MiB grows by 128 MiB steps; with 60 MiB left on the device a 40 MiB tensor
+  // still fits (its own-size segment), rather than failing for the grown step.
+  if (std::string(detail::backend().name()) != "emulated") GTEST_SKIP() << "needs the 1 GiB device";
+  empty_cache();
+  const std::string tag = unique_tag("fallback");
+  Allocation base, small;
+  {
+    UseSleepPool use(tag);
+    base = allocate_device(300 * kMiB);
+  }
+  empty_cache();
+  // Another user of the device takes all but 60 MiB (straight from the backend: the
+  // allocator's own segments would map ahead).
+  detail::Backend& b = detail::backend();
+  const std::size_t g = b.vm_granularity(0);
+  const std::size_t hog_bytes = (b.mem_get_info(0).free - 60 * kMiB) / g * g;
+  const detail::PhysMemHandle hog = b.vm_create(0, hog_bytes);
+  ASSERT_NE(hog, detail::PhysMemHandle{});
+  try {
+    UseSleepPool use(tag);
+    small = allocate_device(40 * kMiB);
+  } catch (...) {
+    b.vm_destroy(hog);
+    throw;
+  }
+  b.vm_destroy(hog);
+  EXPECT_TRUE(small);
+  EXPECT_EQ(sleep_state().at(tag).bytes, 340 * kMiB) << "the fallback segment is the request's size";
+  small.reset();
+  base.reset();
+  empty_cache();
+}
