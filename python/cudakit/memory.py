@@ -407,6 +407,20 @@ class PoolView:
         owner = self._owner("tensor")
         return _C._mem_pool_tensor(self.base, self.size, offset, shape, dtype, self.device, owner)
 
+    def tensors(self, layout: Any) -> list:
+        """Cudakit tensors for a whole layout of ``(offset, shape, dtype)`` items, made in one
+        call (a hand-off of hundreds of tensors pays no Python work per tensor)."""
+        owner = self._owner("tensors")
+        return _C._mem_pool_tensors(self.base, self.size, layout, self.device, owner, False)
+
+    def dlpack(self, layout: Any) -> list:
+        """DLPack capsules for a layout of ``(offset, shape, dtype)`` items, made in one call:
+        ``[torch.from_dlpack(c) for c in view.dlpack(layout)]`` skips the per-tensor
+        ``__dlpack__`` protocol. Each capsule keeps the mapping alive until its consumer's
+        tensor is gone; a capsule can be consumed once."""
+        owner = self._owner("dlpack")
+        return _C._mem_pool_tensors(self.base, self.size, layout, self.device, owner, True)
+
     def array(self, offset: int, shape: Any, typestr: str) -> Any:
         """``typestr``: a ``__cuda_array_interface__`` type string such as ``"<f2"``."""
         import numpy as np

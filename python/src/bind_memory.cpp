@@ -11,6 +11,7 @@
 #include "args.hpp"
 #include "convert.hpp"
 #include "cudakit/allocation.hpp"
+#include "cudakit/dlpack.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "cudakit/python_stacks.hpp"
@@ -140,6 +141,29 @@ py::object memory_stats_dict(int device) {
     Py_DECREF(v);
   }
   return out;
+}
+
+// A tensor over pool memory at base + offset; `owner` (the view, or its mapping) lives as
+// long as the tensor, so the mapping outlives every tensor made from it.
+Tensor pool_tensor(std::uintptr_t base, std::size_t size, py::handle offset, py::handle shape,
+                   py::handle dtype, int device, py::handle owner, const char* fn) {
+  const std::string f = fn;
+  const std::size_t off = to_size(offset, Arg{fn, "offset"});
+  const Shape sizes = shape_arg(shape, Arg{fn, "shape"});
+  const DType dt = dtype_arg(dtype, Arg{fn, "dtype"});
+  std::size_t bytes = element_size(dt);
+  for (std::int64_t n : sizes) {
+    if (n < 0 || (n > 0 && bytes > size / static_cast<std::size_t>(n)))
+      throw ValueError(f + "(): shape " + shape_str(sizes) + " does not fit in the pool's " +
+                       std::to_string(size) + " bytes");
+    bytes *= static_cast<std::size_t>(n);
+  }
+  if (off > size || bytes > size - off)
+    throw ValueError(f + "(): offset " + std::to_string(off) + " + " + std::to_string(bytes) +
+                     " bytes runs past the pool's " + std::to_string(size) + " bytes");
+  auto* ref = new py::object(py::reinterpret_borrow<py::object>(owner));
+  return from_blob(reinterpret_cast<void*>(base + off), sizes, contiguous_strides(sizes), dt,
+                   Device::cuda(device), false, [ref] { release_foreign([ref] { delete ref; }); });
 }
 
 void bind(py::module_& m) {
@@ -410,23 +434,37 @@ void bind(py::module_& m) {
   // kept alive by the tensor, so the mapping outlives every tensor made from it.
   m.def("_mem_pool_tensor", [](std::uintptr_t base, std::size_t size, py::handle offset,
                                py::handle shape, py::handle dtype, int device, py::handle owner) {
-    const std::size_t off = to_size(offset, Arg{"PoolView.tensor", "offset"});
-    const Shape sizes = shape_arg(shape, Arg{"PoolView.tensor", "shape"});
-    const DType dt = dtype_arg(dtype, Arg{"PoolView.tensor", "dtype"});
-    std::size_t bytes = element_size(dt);
-    for (std::int64_t n : sizes) {
-      if (n < 0 || (n > 0 && bytes > size / static_cast<std::size_t>(n)))
-        throw ValueError("PoolView.tensor(): shape " + shape_str(sizes) + " does not fit in the "
-                         "pool's " + std::to_string(size) + " bytes");
-      bytes *= static_cast<std::size_t>(n);
+    return pool_tensor(base, size, offset, shape, dtype, device, owner, "PoolView.tensor");
+  });
+  // The hand-off's batch form: one call for a whole layout of (offset, shape, dtype) items,
+  // as cudakit tensors or as DLPack capsules ("dltensor", for torch.from_dlpack /
+  // cupy.from_dlpack): no Python call, stream query or __dlpack__ round trip per tensor.
+  m.def("_mem_pool_tensors", [](std::uintptr_t base, std::size_t size, py::handle layout,
+                                int device, py::handle owner, bool capsules) {
+    const char* fn = capsules ? "PoolView.dlpack" : "PoolView.tensors";
+    py::list out;
+    for (py::handle item : py::reinterpret_borrow<py::iterable>(layout)) {
+      if (!PyTuple_Check(item.ptr()) && !PyList_Check(item.ptr()))
+        throw_type(Arg{fn, "layout"}, "an iterable of (offset, shape, dtype) tuples", item);
+      py::sequence spec = py::reinterpret_borrow<py::sequence>(item);
+      if (py::len(spec) != 3)
+        throw ValueError(std::string(fn) + "(): each layout item is (offset, shape, dtype), got " +
+                         std::to_string(py::len(spec)) + " values");
+      Tensor t = pool_tensor(base, size, spec[0], spec[1], spec[2], device, owner, fn);
+      if (!capsules) {
+        out.append(py::cast(std::move(t)));
+        continue;
+      }
+      out.append(py::capsule(dlpack::to_dlpack(t), "dltensor", [](PyObject* c) {
+        if (PyCapsule_IsValid(c, "dltensor")) {  // never consumed: the capsule still owns it
+          auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+          if (m && m->deleter) m->deleter(m);
+        } else {
+          PyErr_Clear();
+        }
+      }));
     }
-    if (off > size || bytes > size - off)
-      throw ValueError("PoolView.tensor(): offset " + std::to_string(off) + " + " +
-                       std::to_string(bytes) + " bytes runs past the pool's " +
-                       std::to_string(size) + " bytes");
-    auto* ref = new py::object(py::reinterpret_borrow<py::object>(owner));
-    return from_blob(reinterpret_cast<void*>(base + off), sizes, contiguous_strides(sizes), dt,
-                     Device::cuda(device), false, [ref] { release_foreign([ref] { delete ref; }); });
+    return out;
   });
   m.def("_mem_change_allocator", &change_current_allocator);
 }

@@ -62,19 +62,30 @@ std::vector<SleepCopy> sleep_plan_copies(
 std::size_t sleep_segment_size(const SleepPool& sp, bool small, std::size_t size,
                                std::size_t allocation_size_for_request, std::size_t gran) {
   if (small) return round_up(allocation_size_for_request, gran);
-  // A sixteenth of the pool (power of two, capped), or the allocator's usual segment when
-  // that is bigger, cut down to whole copies of this request: pools of equal-sized tensors
-  // (layers, KV blocks) then leave no tail in their segments but the granularity rounding.
+  // Half the pool (power of two, clamped), or the allocator's usual segment when that is
+  // bigger, cut down to whole copies of this request: pools of equal-sized tensors (layers,
+  // KV blocks) then leave no tail in their segments but the granularity rounding.
   std::size_t target = std::max<std::size_t>(allocation_size_for_request, size);
-  const std::size_t hint = sp.large_bytes / 16;
-  if (hint > 0) target = std::max(target, std::min(kSleepMaxGrow, std::size_t(1) << (63 - __builtin_clzll(hint))));
+  const std::size_t half = sp.large_bytes / 2;
+  const std::size_t grow =
+      half == 0 ? kSleepMinGrow
+                : std::clamp<std::size_t>(std::size_t(1) << (63 - __builtin_clzll(half)),
+                                          kSleepMinGrow, kSleepMaxGrow);
+  target = std::max(target, grow);
   const std::size_t whole = std::max<std::size_t>(1, target / std::max<std::size_t>(size, 1));
   return round_up(whole * size, gran);
 }
 
-std::vector<std::size_t> sleep_chunk_sizes(std::size_t bytes, std::size_t gran) {
+std::size_t sleep_max_chunk(std::size_t total, std::size_t gran) {
+  std::size_t cap = kSleepMaxChunk;
+  if (total / 2 > 0) cap = std::min(cap, std::size_t(1) << (63 - __builtin_clzll(total / 2)));
+  return std::max(gran, cap / gran * gran);
+}
+
+std::vector<std::size_t> sleep_chunk_sizes(std::size_t bytes, std::size_t gran,
+                                           std::size_t max_chunk) {
   std::vector<std::size_t> out;
-  const std::size_t max_chunk = std::max(gran, kSleepMaxChunk / gran * gran);
+  max_chunk = std::max(gran, max_chunk / gran * gran);
   for (std::size_t at = 0; at < bytes; at += out.back()) out.push_back(std::min(max_chunk, bytes - at));
   return out;
 }
@@ -150,30 +161,39 @@ Block* DeviceAllocator::alloc_sleep_segment(BlockPool& pool, std::size_t size,
                                             detail::StreamHandle stream) {
   SleepPool& sp = *pool.owner->sleep;
   const std::size_t gran = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
-  const std::size_t seg_bytes =
+  // The grown size first, then the request's own size when the device (or the memory
+  // fraction) cannot hold the grown one: growth must not turn into an out-of-memory error.
+  const std::size_t minimal = round_up(std::max(allocation_size(size), size), gran);
+  const std::size_t grown =
       sleep_segment_size(sp, pool.is_small, size, allocation_size(size), gran);
-  if (seg_bytes > total_memory_ || would_exceed_limit(seg_bytes)) return nullptr;
   // Graph capture may grow a pool (as alloc_segment): the VM calls do not enqueue work.
   detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
   const std::size_t reserve = round_up(std::min(total_memory_, kMaxReservation), gran);
-  const std::uintptr_t va = sleep_take_va(sp, backend_, seg_bytes, reserve);
-  if (!va) return nullptr;
   SleepSegment seg;
-  seg.va = va;
-  seg.bytes = seg_bytes;
-  seg.small = pool.is_small;
-  seg.sizes = sleep_chunk_sizes(seg_bytes, gran);
-  bool mapped = false;
-  try {
-    mapped = map_sleep_segment(seg);
-  } catch (...) {
+  std::uintptr_t va = 0;
+  for (const std::size_t seg_bytes : {grown, minimal}) {
+    if (seg_bytes != grown && seg_bytes >= grown) break;  // nothing smaller to try
+    if (seg_bytes > total_memory_ || would_exceed_limit(seg_bytes)) continue;
+    va = sleep_take_va(sp, backend_, seg_bytes, reserve);
+    if (!va) return nullptr;
+    seg = SleepSegment{};
+    seg.va = va;
+    seg.bytes = seg_bytes;
+    seg.small = pool.is_small;
+    seg.sizes = sleep_chunk_sizes(seg_bytes, gran, sleep_max_chunk(total_memory_, gran));
+    bool mapped = false;
+    try {
+      mapped = map_sleep_segment(seg);
+    } catch (...) {
+      sleep_give_va(sp, va, seg_bytes);
+      throw;
+    }
+    if (mapped) break;
     sleep_give_va(sp, va, seg_bytes);
-    throw;
+    va = 0;
   }
-  if (!mapped) {
-    sleep_give_va(sp, va, seg_bytes);
-    return nullptr;
-  }
+  if (!va) return nullptr;
+  const std::size_t seg_bytes = seg.bytes;
   Block* b = new_block();
   b->ptr = va;
   b->size = seg_bytes;

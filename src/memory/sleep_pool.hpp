@@ -15,10 +15,16 @@
 //  * One reservation per pool (sized to the device, a new one only when it is full): the
 //    segments of a pool are near each other, so the hand-off can map the whole pool into one
 //    range of the importer at the same offsets (a tensor's offset = pointer - pool base).
-//  * Segment sizes grow with the pool (a sixteenth of its large-pool bytes, power of two, at
-//    most 512 MiB; never less than what the request needs), and a segment is mapped with
-//    chunks of at most kMaxChunk: waking 10 GiB costs a few dozen driver calls, not one per
-//    tensor, and at most a sixteenth of the pool is unused tail.
+//  * Segment sizes grow with the pool (half of its large-pool bytes, power of two, between
+//    64 MiB and 2 GiB; never less than what the request needs), and a segment is mapped with
+//    chunks of at most 2 GiB (and at most half the device). Each physical chunk costs a
+//    driver call or two on every wake and, in an importing process, an fd transfer, an
+//    import and a map (~20-50 us each on the H200): a 14 GB pool of 300 tensors is ~15
+//    chunks instead of the ~90 a sixteenth-of-the-pool rule made, so import_pool and wake
+//    stay a few dozen driver calls. The price is the unused tail of the last segment (at
+//    most a third of the pool, at most 2 GiB), which the pool's later allocations use.
+//    When the device (or the memory fraction) cannot hold the grown size, the segment falls
+//    back to the request's own size: growth never causes an out-of-memory error.
 //  * Offload copies only allocated blocks (merged into runs), into pinned host pieces of
 //    kHostPiece bytes from cudakit's host cache: the cache rounds to powers of two, so big
 //    single buffers would waste up to half, and a second sleep reuses the cached pieces
@@ -52,8 +58,9 @@
 
 namespace cudakit::memory {
 
-inline constexpr std::size_t kSleepMaxChunk = std::size_t(512) << 20;  // physical chunk cap
-inline constexpr std::size_t kSleepMaxGrow = std::size_t(512) << 20;   // segment growth cap
+inline constexpr std::size_t kSleepMaxChunk = std::size_t(2) << 30;   // physical chunk cap
+inline constexpr std::size_t kSleepMinGrow = std::size_t(64) << 20;   // segment growth floor
+inline constexpr std::size_t kSleepMaxGrow = std::size_t(2) << 30;    // segment growth cap
 inline constexpr std::size_t kSleepHostPiece = std::size_t(256) << 20;  // pinned piece
 
 // One segment of a tagged pool: [va, va + bytes) of one of the pool's reservations.
@@ -96,8 +103,12 @@ struct SleepPool {
 // allocation_size_for_request is the allocator's ordinary segment size for it.
 std::size_t sleep_segment_size(const SleepPool& sp, bool small, std::size_t size,
                                std::size_t allocation_size_for_request, std::size_t granularity);
-// Chunk sizes covering a segment of `bytes` (each <= kSleepMaxChunk, granularity multiples).
-std::vector<std::size_t> sleep_chunk_sizes(std::size_t bytes, std::size_t granularity);
+// Chunk sizes covering a segment of `bytes` (each <= max_chunk, granularity multiples).
+std::vector<std::size_t> sleep_chunk_sizes(std::size_t bytes, std::size_t granularity,
+                                           std::size_t max_chunk = kSleepMaxChunk);
+// The chunk cap on a device of `total` bytes: kSleepMaxChunk, at most half the device
+// (power of two), at least one granule.
+std::size_t sleep_max_chunk(std::size_t total, std::size_t granularity);
 // The copies between device runs (address, bytes) and the host pieces (pointer, bytes)
 // holding their concatenation, in order: a run is cut where a piece ends.
 struct SleepCopy {

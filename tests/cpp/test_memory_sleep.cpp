@@ -187,8 +187,9 @@ TEST(MemorySleep, EmptyCacheReleasesFreeTaggedSegmentsOnlyWhileAwake) {
   std::uintptr_t freed_at = 0;
   {
     UseSleepPool use(tag);
-    keep = allocate_device(30 * kMiB);
-    Allocation tmp = allocate_device(30 * kMiB);
+    // 40 MiB each: one request per 64 MiB growth step, so each is a segment of its own.
+    keep = allocate_device(40 * kMiB);
+    Allocation tmp = allocate_device(40 * kMiB);
     freed_at = reinterpret_cast<std::uintptr_t>(tmp.get());
   }
   const std::size_t with_tmp = sleep_state().at(tag).bytes;
@@ -200,7 +201,7 @@ TEST(MemorySleep, EmptyCacheReleasesFreeTaggedSegmentsOnlyWhileAwake) {
   EXPECT_LT(sleep_state().at(tag).bytes, with_tmp);
   {
     UseSleepPool use(tag);
-    Allocation again = allocate_device(30 * kMiB);
+    Allocation again = allocate_device(40 * kMiB);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(again.get()), freed_at)
         << "the released range is reused: the pool stays dense";
   }
@@ -212,18 +213,23 @@ TEST(MemorySleep, SegmentSizesGrowWithThePoolInWholeRequests) {
   memory::SleepPool sp("rule", 0, {0, 0});
   const std::size_t g = 2 * kMiB, req = 47 * kMiB + 4096;
   EXPECT_EQ(memory::sleep_segment_size(sp, false, req, req, g), 48 * kMiB) << "empty pool";
-  sp.large_bytes = 8 * kGiB;  // a sixteenth is 512 MiB: the cap
+  sp.large_bytes = 5 * kGiB;  // half is 2.5 GiB: the 2 GiB cap
   const std::size_t seg = memory::sleep_segment_size(sp, false, req, req, g);
   EXPECT_EQ(seg % g, 0u);
-  EXPECT_GE(seg, 10 * req) << "ten whole requests fit";
-  EXPECT_LE(seg, 10 * req + g) << "no tail past the last whole request but the rounding";
+  EXPECT_GE(seg, 43 * req) << "43 whole requests fit in 2 GiB";
+  EXPECT_LE(seg, 43 * req + g) << "no tail past the last whole request but the rounding";
+  sp.large_bytes = 300 * kMiB;  // half is 150 MiB: grows by 128 MiB
+  EXPECT_EQ(memory::sleep_segment_size(sp, false, 10 * kMiB, 10 * kMiB, g), 120 * kMiB)
+      << "twelve 10 MiB requests in a 128 MiB step";
   EXPECT_EQ(memory::sleep_segment_size(sp, false, 3 * kGiB, 3 * kGiB, g), 3 * kGiB)
       << "a request above the cap gets its own size";
   EXPECT_EQ(memory::sleep_segment_size(sp, true, 4096, 2 * kMiB, g), 2 * kMiB) << "small pool";
   const auto chunks = memory::sleep_chunk_sizes(3 * kGiB + 2 * kMiB, g);
-  ASSERT_EQ(chunks.size(), 7u);
-  EXPECT_EQ(chunks.front(), 512 * kMiB);
-  EXPECT_EQ(chunks.back(), 2 * kMiB);
+  ASSERT_EQ(chunks.size(), 2u) << "2 GiB chunks";
+  EXPECT_EQ(chunks.front(), 2 * kGiB);
+  EXPECT_EQ(chunks.back(), kGiB + 2 * kMiB);
+  EXPECT_EQ(memory::sleep_max_chunk(1 * kGiB, g), 512 * kMiB) << "at most half the device";
+  EXPECT_EQ(memory::sleep_max_chunk(141 * kGiB, g), 2 * kGiB);
 }
 
 TEST(MemorySleep, SegmentsHoldSeveralTensorsSoWakeMakesFewDriverCalls) {
@@ -339,7 +345,7 @@ TEST(MemorySleep, ThreadsAllocateAndFreeWhileAnotherSleepsAndWakes) {
 }
 
 TEST(MemorySleep, SegmentsOverTheChunkCapMapAndOffloadAcrossChunks) {
-  // 600 MiB: one segment of two physical chunks (512 MiB cap). Its free space is then split
+  // 600 MiB: one segment of two physical chunks (the 1 GiB device caps chunks at 512 MiB). Its free space is then split
   // so that one 8 MiB block straddles the chunk boundary; only that block is offloaded
   // (allocated blocks only: CI's emulated copies are slow).
   empty_cache();
@@ -411,4 +417,38 @@ TEST(MemorySleep, HandOffErrorsInTheExportingProcess) {
   EXPECT_THROW(export_pool(tag), Error);
   EXPECT_EQ(pool_view(tag).base, own.base) << "addresses stay while asleep";
   wake_up(std::vector<std::string>{tag});
+}
+
+TEST(MemorySleep, GrowthFallsBackToTheRequestWhenTheDeviceIsNearlyFull) {
+  // A pool of 300 MiB grows by 128 MiB steps; with 60 MiB left on the device a 40 MiB tensor
+  // still fits (its own-size segment), rather than failing for the grown step.
+  if (std::string(detail::backend().name()) != "emulated") GTEST_SKIP() << "needs the 1 GiB device";
+  empty_cache();
+  const std::string tag = unique_tag("fallback");
+  Allocation base, small;
+  {
+    UseSleepPool use(tag);
+    base = allocate_device(300 * kMiB);
+  }
+  empty_cache();
+  // Another user of the device takes all but 60 MiB (straight from the backend: the
+  // allocator's own segments would map ahead).
+  detail::Backend& b = detail::backend();
+  const std::size_t g = b.vm_granularity(0);
+  const std::size_t hog_bytes = (b.mem_get_info(0).free - 60 * kMiB) / g * g;
+  const detail::PhysMemHandle hog = b.vm_create(0, hog_bytes);
+  ASSERT_NE(hog, detail::PhysMemHandle{});
+  try {
+    UseSleepPool use(tag);
+    small = allocate_device(40 * kMiB);
+  } catch (...) {
+    b.vm_destroy(hog);
+    throw;
+  }
+  b.vm_destroy(hog);
+  EXPECT_TRUE(small);
+  EXPECT_EQ(sleep_state().at(tag).bytes, 340 * kMiB) << "the fallback segment is the request's size";
+  small.reset();
+  base.reset();
+  empty_cache();
 }

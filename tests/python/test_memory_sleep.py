@@ -241,6 +241,18 @@ def test_pool_hand_off_to_another_process(ck):
             for i, (off, n) in enumerate(info["layout"]):
                 x = view.tensor(off, (n,), ck.float32)
                 assert np.array_equal(vals(x), np.arange(n, dtype=np.float32) * (i + 1))
+            # The batch forms: the whole layout in one call, as tensors and as capsules.
+            layout = [(off, (n,), ck.float32) for off, n in info["layout"]]
+            for i, (x, cap) in enumerate(zip(view.tensors(layout), view.dlpack(layout))):
+                y = ck.from_dlpack(cap)
+                want = np.arange(info["layout"][i][1], dtype=np.float32) * (i + 1)
+                assert np.array_equal(vals(x), want) and np.array_equal(vals(y), want)
+                assert y.data_ptr() == x.data_ptr() == view.base + info["layout"][i][0]
+            with pytest.raises(ValueError, match="runs past"):
+                view.tensors([(view.size - 4, (8,), ck.float32)])
+            with pytest.raises(ValueError, match="offset, shape, dtype"):
+                view.dlpack([(0, (1,))])
+            del y, cap
             big = view.tensor(info["big"], (3 << 20,), ck.uint8)
             assert np.all(vals(big) == 9)
             cai = view.array(info["big"], (16,), "|u1").__cuda_array_interface__
