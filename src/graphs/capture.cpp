@@ -7,7 +7,7 @@
 #include "cudakit/error.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/stream.hpp"
-#include "graphs/live_captures.hpp"
+#include "core/capture_gate.hpp"
 
 namespace cudakit {
 
@@ -41,7 +41,7 @@ bool is_current_stream_capturing() {
 
 bool synchronize_for_capture(int device) {
   const int d = resolve_device(device);
-  if (graphs::detail::synchronize_unless_capturing([d] { synchronize(d); })) return true;
+  if (detail::synchronize_unless_capturing([d] { synchronize(d); })) return true;
   current_stream(d).sync();
   return false;
 }

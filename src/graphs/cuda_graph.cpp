@@ -14,7 +14,7 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
-#include "graphs/live_captures.hpp"
+#include "core/capture_gate.hpp"
 #include "instrument/observers.hpp"
 
 namespace cudakit {
@@ -231,8 +231,8 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   // Before capturing: on a cuda driver without tools-id entry points this loads CUPTI (once),
   // so it is in the process before the graph's nodes are created.
   const bool tools_ids = b.graph_tools_ids_available();
-  // From the driver's begin-capture until the capture is counted (live_captures.hpp).
-  std::optional<graphs::detail::CaptureStartGate> start_gate(std::in_place);
+  // From the driver's begin-capture until the capture is counted (core/capture_gate.hpp).
+  std::optional<detail::CaptureStartGate> start_gate(std::in_place);
   try {
     b.stream_begin_capture(stream.handle(), static_cast<detail::CaptureMode>(mode));
   } catch (...) {
@@ -276,7 +276,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
   s.rng = rng;
   s.rng_blocks = 0;
   s.capturing = true;
-  graphs::detail::note_capture_begun();
+  detail::note_capture_begun();
   start_gate.reset();
   s.capture_ended = false;
   s.cycle_captured = true;
@@ -297,7 +297,7 @@ void CUDAGraph::abort_capture() noexcept {
   Impl& s = *impl_;
   if (!s.capturing) return;
   s.capturing = false;
-  graphs::detail::note_capture_ended();
+  detail::note_capture_ended();
   s.end_routing();
   if (!detail::is_shutting_down()) {
     try {
@@ -351,7 +351,7 @@ void CUDAGraph::capture_end_pre() {
     throw;
   }
   s.capturing = false;
-  graphs::detail::note_capture_ended();
+  detail::note_capture_ended();
   s.graph = g;
   s.capture_ended = true;
   s.captured_empty = empty;
@@ -641,21 +641,3 @@ std::optional<std::uint32_t> CUDAGraph::exec_graph_id() const { return impl_->qu
 
 }  // namespace cudakit
 
-namespace cudakit::graphs::detail {
-namespace {
-std::atomic<int> g_live_captures{0};
-}  // namespace
-int live_captures() noexcept { return g_live_captures.load(std::memory_order_acquire); }
-void note_capture_begun() noexcept { g_live_captures.fetch_add(1, std::memory_order_acq_rel); }
-void note_capture_ended() noexcept { g_live_captures.fetch_sub(1, std::memory_order_acq_rel); }
-std::mutex& capture_start_mutex() noexcept {
-  static std::mutex m;
-  return m;
-}
-bool synchronize_unless_capturing(const std::function<void()>& synchronize) {
-  std::lock_guard<std::mutex> lock(capture_start_mutex());
-  if (live_captures() != 0) return false;
-  synchronize();
-  return true;
-}
-}  // namespace cudakit::graphs::detail

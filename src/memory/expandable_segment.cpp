@@ -10,6 +10,7 @@
 #include <exception>
 #include <stdexcept>
 
+#include "core/capture_gate.hpp"
 #include "memory/device_allocator.hpp"
 #include "cudakit/device.hpp"
 #include "memory/history.hpp"
@@ -341,11 +342,17 @@ void DeviceAllocator::release_expandable(Locked& lock) {
   if (!any) return;
   const std::uint64_t epoch = free_epoch_;
   lock.unlock();
+  bool synchronized;
   {
     WaitScope wait;
-    backend_.device_synchronize(device_);
+    // Not while another thread captures: the synchronize would invalidate its capture
+    // (core/capture_gate.hpp); the free pages then stay mapped until a later release.
+    synchronized = detail::synchronize_unless_capturing([this] {
+      backend_.device_synchronize(device_);
+    });
   }
   lock.lock();
+  if (!synchronized) return;
   for (BlockPool* pool : {&large_, &small_}) {
     for (Block* b : pool->blocks.blocks()) {
       if (!b->expandable || b->free_epoch > epoch) continue;

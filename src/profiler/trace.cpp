@@ -20,7 +20,7 @@
 #include "cudakit/graph_annotations.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/profiler.hpp"
-#include "graphs/live_captures.hpp"
+#include "core/capture_gate.hpp"
 #include "memory/history.hpp"
 #include "nvtx/trace_hook.hpp"
 #include "profiler/chrome_trace.hpp"
@@ -279,8 +279,8 @@ void Trace::stop() {
   auto& be = cudakit::detail::backend();
   if (s.options.synchronize && !exiting && is_initialized()) {
     try {
-      // graphs/live_captures.hpp: a device synchronize would invalidate live captures
-      if (!graphs::detail::synchronize_unless_capturing([&] { be.activity_synchronize(); })) {
+      // core/capture_gate.hpp: a device synchronize would invalidate live captures
+      if (!cudakit::detail::synchronize_unless_capturing([&] { be.activity_synchronize(); })) {
         s.warnings.push_back("stop(): CUDA graph captures were in progress on other threads, so "
                              "the devices were not synchronized (it would invalidate those "
                              "captures): work still running is missing from the trace");
