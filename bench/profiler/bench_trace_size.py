@@ -28,7 +28,7 @@ def main():
         import torch
         import transformers
     except ImportError as e:
-        print(f"trace_size_vs_torch.py: needs torch and transformers ({e})")
+        print(f"bench_trace_size.py: needs torch and transformers, installed on the GPU machine ({e})")
         return 0
     import cudakit as ck
     from torch.profiler import ProfilerActivity, profile

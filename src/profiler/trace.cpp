@@ -227,7 +227,12 @@ Trace::Trace(TraceOptions options) : impl_(std::make_unique<Impl>()) {
       cfg.device = options.device;
       cfg.api = options.api;
       cfg.nvtx = options.nvtx;
-      s.status = cudakit::detail::backend().activity_start(&Collector::instance(), cfg);
+      // Relaxed capture mode on this thread only: starting device activity allocates the
+      // tool's record buffers ("potentially unsafe" under CUDA's capture rules), which would
+      // fail and invalidate a global-mode capture on any other thread (issue 28 item 2).
+      auto& be = cudakit::detail::backend();
+      cudakit::detail::ThreadCaptureModeGuard relaxed(be, cudakit::detail::CaptureMode::relaxed);
+      s.status = be.activity_start(&Collector::instance(), cfg);
       s.backend_started = true;
       if (!s.status.reason.empty()) s.warnings.push_back(s.status.reason);
     }
@@ -292,6 +297,8 @@ void Trace::stop() {
   }
   if (s.backend_started && !exiting) {
     try {
+      // relaxed for the same reason as at start: a forced flush may hand the tool new buffers
+      cudakit::detail::ThreadCaptureModeGuard relaxed(be, cudakit::detail::CaptureMode::relaxed);
       be.activity_flush();
     } catch (const std::exception& e) {
       s.warnings.push_back(std::string("stop(): flushing the device records failed: ") +

@@ -491,6 +491,42 @@ TEST_F(Profiled, EveryKernelOfA20kEagerLoopIsTimestamped) {
   expect_every_kernel_timed(trace, 20000);
 }
 
+// Issue 28 item 2: a trace started and stopped on one thread while another thread captures a
+// graph in CUDA's default (global) capture mode. Starting device activity makes "potentially
+// unsafe" calls on the tracer's thread (CUPTI allocates its record buffers; the emulated
+// backend models that), which a global-mode capture anywhere in the process forbids: the
+// driver fails them and invalidates the capture. The tracer makes them in relaxed mode, so the
+// capture ends fine and its graph replays.
+TEST_F(Profiled, ATraceBesideAGlobalModeCaptureLeavesTheCaptureValid) {
+  Tensor x = zeros({16}, device_options());
+  Tensor one = ones({16}, device_options());
+  synchronize();
+  CUDAGraph g;
+  std::string tracer_error;
+  std::size_t tracer_kernels = 0;
+  {
+    GraphCapture cap(g);  // global mode, cudakit's (and torch's) default
+    add_(x, one);
+    std::thread tracer([&] {
+      try {
+        Trace t;
+        t.stop();
+        tracer_kernels = with(t.events(), "kernel").size();
+      } catch (const std::exception& e) {
+        tracer_error = e.what();
+      }
+    });
+    tracer.join();
+    add_(x, one);
+    cap.end();  // threw CUDA_ERROR_STREAM_CAPTURE_INVALIDATED before the fix
+  }
+  EXPECT_EQ(tracer_error, "");
+  EXPECT_EQ(tracer_kernels, 0u);  // captured work does not run: nothing to record
+  g.replay();
+  synchronize();
+  EXPECT_EQ(sum(x).item().d, 16 * 2.0);
+}
+
 // Issue 28 item 5 from C++ (tests/python/test_profiler_formats.py decodes the files).
 TEST_F(Profiled, ExportsGzipAndPerfettoProtobuf) {
   Tensor x = zeros({16}, device_options());

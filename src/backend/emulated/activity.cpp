@@ -25,6 +25,9 @@
 // Kernels report grid = block = (1, 1, 1), no registers and no shared memory: a host task
 // has none, and inventing numbers would make the occupancy columns lie.
 //
+// Capture rules: activity_start counts as an allocation (check_unsafe_call), as CUPTI's
+// record-buffer allocation does on the cuda backend.
+//
 // Cost when no trace runs: one relaxed pointer load per enqueue (device_sink_/api_sink_).
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -47,6 +50,12 @@ std::uint32_t process_id() noexcept {
 }  // namespace
 
 ActivityStatus EmulatedBackend::activity_start(ActivitySink* sink, const ActivityConfig& config) {
+  // CUPTI allocates device memory for its record buffers when the device kinds are enabled,
+  // on the calling thread: a "potentially unsafe" call under CUDA's capture-mode rules, so a
+  // global-mode capture on another thread forbids it (and is invalidated by it) unless the
+  // caller is in relaxed mode. Modelled as the allocation it is, so the tracer's handling of
+  // that rule (relaxed mode around activity_start) is tested here too.
+  if (config.device && sink != nullptr) check_unsafe_call("activity_start (record buffers)");
   ActivityStatus st;
   st.device = config.device && sink != nullptr;
   st.api = config.api && sink != nullptr;
