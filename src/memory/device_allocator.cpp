@@ -269,6 +269,8 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   }
   if (!b) b = retry_after_release(lock, size, orig_size, stream);
   b = finish_alloc(b, size, orig_size, stream, client);
+  if (capture_underway() && b->pool->owner && b->pool->owner->sleep)
+    b->pool->owner->sleep->captured_into = true;  // sleep_pool.hpp
   if (spare_bytes_) release_spares();  // destroyed by the unlock
   return b;
 }

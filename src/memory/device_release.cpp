@@ -219,14 +219,16 @@ void DeviceAllocator::release_unowned_pools() {
   // back while it is awake: they hold the user's weights / KV cache, not a graph's
   // intermediates (a capture inside use_sleep_pool allocates from the graph's own pool, the
   // innermost scope), and this runs only when no capture is underway (empty_cache, the OOM
-  // path). release_pool_blocks skips it while it sleeps. Known gap: use_sleep_pool entered
-  // *inside* a capture routes that capture's intermediates here, and a later empty_cache may
-  // release them while the graph still replays into them.
+  // path). release_pool_blocks skips it while it sleeps. use_sleep_pool entered *inside* a
+  // capture routes that capture's intermediates here: such a pool (captured_into) keeps its
+  // free segments from then on, or the graph would replay into memory given back.
   for (auto it = pools_.begin(); it != pools_.end();) {
     PrivatePool& p = *it->second;
     if (p.sleep) {
-      release_pool_blocks(p.small);
-      release_pool_blocks(p.large);
+      if (!p.sleep->captured_into) {
+        release_pool_blocks(p.small);
+        release_pool_blocks(p.large);
+      }
       ++it;
       continue;
     }

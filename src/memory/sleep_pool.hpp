@@ -83,6 +83,11 @@ struct SleepPool {
 
   State state = State::awake;
   bool offloaded = false;  // asleep with its contents in `host`
+  // An allocation came from this pool while a graph capture was underway on its device
+  // (use_sleep_pool entered inside `with cudakit.graph(...)`): the graph may replay into its
+  // free blocks, so empty_cache no longer gives its segments back (sleep still may: wake
+  // maps them again at the same addresses, which is what keeps graphs valid).
+  bool captured_into = false;
   std::map<std::uintptr_t, SleepSegment> segments;
   std::size_t bytes = 0, large_bytes = 0;  // segment bytes (all, large pool)
   struct Reservation {

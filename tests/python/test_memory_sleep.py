@@ -136,6 +136,32 @@ def test_graph_replays_after_offload_and_wake(ck):
     assert np.all(vals(out) == 3)
 
 
+def test_use_sleep_pool_inside_a_capture_keeps_the_graphs_intermediates(ck):
+    """use_sleep_pool entered inside a capture routes the capture's intermediates to the
+    tagged pool; a later empty_cache must not give their segments back while the graph
+    replays into them (it did: the replay wrote into unmapped memory, a segfault on the
+    emulated backend). Run in a child: before the fix the interpreter died."""
+    code = textwrap.dedent(f"""
+        import numpy as np, cudakit as ck, cudakit.memory as m
+        x = ck.ones(16 << 20, device="cuda")
+        y = ck.empty(16 << 20, device="cuda")
+        g = ck.CUDAGraph()
+        with ck.graph(g):
+            with m.use_sleep_pool({tag("incapture")!r}):
+                t = x * 2  # a 64 MiB intermediate from the tagged pool
+            y.copy_(t + 1)
+            del t
+        m.empty_cache()
+        g.replay()
+        ck.synchronize()
+        assert float(y[0].item()) == 3.0 and float(y[-1].item()) == 3.0
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
+
+
 def _plugin(m):
     try:
         lib = ctypes.CDLL(m.plugin_path())
