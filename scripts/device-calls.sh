@@ -103,7 +103,11 @@ or test_allocator_backend" NPROC=0 RUN_BUDGET=200 bash $TS/run.sh /tmp/ts26 > "$
     head -c 1500 "$OUT/stress.cudalog" 2>/dev/null | grep -v INVALID_CONTEXT | grep -v "No CUDA context" | head
     STEPS="cuda examples" SYNC_DEBUG_PASS=0 HANG_SECONDS=300 bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
     cat "$OUT/suite/summary.md"
-    grep -hE "^FAILED|\*\*\*Failed" "$OUT"/suite/test-cuda.log | head -30 ;;
+    grep -hE "^FAILED|\*\*\*Failed" "$OUT"/suite/test-cuda.log | head -30
+    [ -n "${VERIFY_BENCH:-}" ] && {  # what is left of the call: issue 29's hand-off, issue 31's stats
+      echo "## bench_sleep --handoff"; timeout 70 python3 bench/memory/bench_sleep.py --handoff
+      echo "## bench_memory_stats"; timeout 20 python3 bench/python/bench_memory_stats.py
+    } > "$OUT/bench.log" 2>&1 && grep -E "ms|GB/s|µs|us|x" "$OUT/bench.log" | head -40 ;;
   measure)  # ~570 s warm, after `verify` (sixth session): PyTorch's test_cuda.py natively and
     # on cudakit (both at once) beside the sync-debug pytest pass, then the issue-31/29/28
     # benchmarks side by side with torch on a quiet GPU.

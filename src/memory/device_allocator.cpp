@@ -2,8 +2,11 @@
 // the quick-cache paths. See device_allocator.hpp for the design, locks.hpp for the lock rule.
 #include "memory/device_allocator.hpp"
 
+#include "core/capture_gate.hpp"
+
 #include <algorithm>
 
+#include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
 #include "memory/pluggable.hpp"
 
@@ -269,7 +272,9 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   }
   if (!b) b = retry_after_release(lock, size, orig_size, stream);
   b = finish_alloc(b, size, orig_size, stream, client);
-  if (capture_underway() && b->pool->owner && b->pool->owner->sleep)
+  // (use_sleep_pool routes allocations too, so capture_underway() cannot tell; any live
+  // capture in the process is the conservative answer: core/capture_gate.hpp)
+  if (b->pool->owner && b->pool->owner->sleep && detail::live_captures() > 0)
     b->pool->owner->sleep->captured_into = true;  // sleep_pool.hpp
   if (spare_bytes_) release_spares();  // destroyed by the unlock
   return b;
