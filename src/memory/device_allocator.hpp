@@ -322,6 +322,7 @@ class DeviceAllocator {
     noted_streams_.push_back(stream);
   }
   bool all_noted_streams_idle() noexcept;
+  bool block_stream_idle(detail::StreamHandle stream) noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
   Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,

@@ -133,34 +133,6 @@ TEST(MemoryAllocator, ExpandableSegmentsMovePagesOfIdleStreams) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
-// A block used by another stream without record_stream (torch's test_cudnn_multiple_threads_
-// same_device does it: a default-stream tensor read by a side stream's convolution, then
-// freed): its own stream is idle, but the other stream's work still reads the pages, so they
-// must not be unmapped while any stream that allocated here is busy (unmapping them faulted
-// with an illegal address on the H200; torch's default mode only races there).
-TEST(MemoryAllocator, ExpandablePagesStayWhileAnotherStreamMayReadThem) {
-  DeviceAllocator a = make("expandable_segments:True");
-  Stream s1(0), reader(0), s3(0);
-  std::atomic<bool> release{false};
-  auto* b = a.malloc(64 * kMiB, s1.handle());  // made on s1 (idle from now on)
-  const auto lo = b->ptr, hi = b->ptr + b->size;
-  auto* own = a.malloc(2 * kMiB, reader.handle());  // the reader allocates its own outputs
-  reader.launch_host_func([&] {  // stands for a kernel on `reader` that reads b
-    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
-  a.free(reinterpret_cast<void*>(lo));  // freed on its (idle) stream, no record_stream
-  auto* c = a.malloc(64 * kMiB, s3.handle());  // pages would move here
-  EXPECT_TRUE(c->ptr + c->size <= lo || c->ptr >= hi);
-  EXPECT_GE(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(128 * kMiB))
-      << "b's pages were moved while a stream that may read them was busy";
-  release = true;
-  reader.sync();
-  a.free(reinterpret_cast<void*>(c->ptr));
-  a.free(reinterpret_cast<void*>(own->ptr));
-  a.empty_cache();
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
-}
-
 TEST(MemoryAllocator, RecordStreamDefersReuse) {
   DeviceAllocator a = make();
   Stream s1(0), s2(0);
