@@ -127,6 +127,12 @@ void set_allocator_settings(const std::string& conf);
 void* caching_allocator_alloc(std::size_t bytes, int device = kCurrentDevice,
                               std::optional<StreamRef> stream = std::nullopt);
 void caching_allocator_delete(void* ptr);
+// Call before destroying a stream that cudakit did not create (your own cudaStream_t, one of
+// another framework) if memory was allocated on it: the allocator then stops asking the
+// driver about the handle (asking about a destroyed stream is undefined; driver 580 crashed)
+// and waits for the work queued on it so far through an event instead. cudakit's Stream does
+// this itself. A stream that allocated nothing is ignored. Never throws.
+void stream_retiring(StreamRef stream) noexcept;
 // caching_allocator_alloc on behalf of another framework: the same memory, counted under
 // `client` in memory_stats()' "framework.*" breakdown (cudakit.memory.cupy_allocator uses it).
 // Free with caching_allocator_delete.

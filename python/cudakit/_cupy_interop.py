@@ -20,10 +20,19 @@ CuPy's MemoryPool                              cudakit.memory
 ``get_limit()``                                ``get_per_process_memory_fraction() * total``
 =============================================  ==============================================
 
+Streams: cudakit asks the streams that allocated from it whether they are idle before it
+moves free pages (asking the driver about a destroyed stream is undefined). CuPy destroys a
+``cupy.cuda.Stream`` when its last reference goes, without telling cudakit, so the hook keeps
+each stream it allocated on alive; when a new stream shows up it looks for kept streams nobody
+else references any more, retires them in cudakit (``_C._stream_retiring``: an event fence
+replaces the stream) and lets CuPy destroy them. A program that drops its only stream keeps
+that one alive until the next new stream (or exit).
+
 Thread-safety: the allocator is thread-safe (CuPy calls it from any thread holding the GIL).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from . import _C
@@ -34,10 +43,26 @@ def allocator(cupy: Any) -> Any:
     current_stream = cupy.cuda.get_current_stream
     alloc = _C._mem_alloc_for
     free = _C._mem_delete
+    retiring = _C._stream_retiring
+    kept: dict = {}  # stream handle -> (cupy stream, device): see the module docstring
+
+    def _keep(stream: Any, ptr: int, device_id: int) -> None:
+        # References to a kept stream nobody else holds: kept's tuple, the loop's name and
+        # getrefcount's argument.
+        for h, (s, dev) in list(kept.items()):
+            if sys.getrefcount(s) <= 3:
+                retiring(h, dev)
+                del kept[h]
+            del s
+        kept[ptr] = (stream, device_id)
 
     def _malloc(size: int, device_id: int) -> int:
         # A raw handle with an explicit device: no driver query per allocation.
-        return alloc("cupy", size, device_id, current_stream().ptr)
+        stream = current_stream()
+        ptr = stream.ptr
+        if ptr > 2 and ptr not in kept:  # 0, 1, 2: the null, legacy and per-thread streams
+            _keep(stream, ptr, device_id)
+        return alloc("cupy", size, device_id, ptr)
 
     def _free(ptr: int, device_id: int) -> None:
         free(ptr)

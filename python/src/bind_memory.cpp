@@ -210,6 +210,10 @@ void bind(py::module_& m) {
   }, py::arg("size"), py::arg("device") = py::none(), py::arg("stream") = py::none());
   // _mem_alloc / _mem_delete keep the GIL (the history records their Python stacks); the
   // allocator releases it itself while it waits (the wait hooks above).
+  // A foreign stream (CuPy's) about to be destroyed: cudakit::stream_retiring.
+  m.def("_stream_retiring", [](std::uintptr_t handle, int device) {
+    cudakit::stream_retiring(StreamRef::from_handle(reinterpret_cast<NativeStream>(handle), device));
+  });
   m.def("_mem_delete", [](py::handle p) {
     caching_allocator_delete(reinterpret_cast<void*>(to_address(p, Arg{"caching_allocator_delete", "mem_ptr"})));
   });

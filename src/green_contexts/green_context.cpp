@@ -20,6 +20,7 @@
 
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
+#include "instrument/stream_lifetime.hpp"
 
 namespace cudakit {
 namespace {
@@ -62,6 +63,7 @@ struct GreenContext::Impl {
         be.stream_synchronize(s);  // work still running on the partition completes first
       } catch (...) {
       }
+      instrument::stream_retiring(s, device);  // the allocator drops it (stream_lifetime.hpp)
       try {
         be.stream_destroy(s);
       } catch (...) {

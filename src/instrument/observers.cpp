@@ -8,3 +8,11 @@ constinit std::atomic<const StreamObserver*> g_stream_observer{nullptr};
 constinit std::atomic<const StreamObserver*> g_installed{nullptr};
 
 }  // namespace cudakit::instrument::detail
+
+#include "instrument/stream_lifetime.hpp"
+
+namespace cudakit::instrument::detail {
+
+constinit std::atomic<StreamRetiringHook> g_stream_retiring{nullptr};
+
+}  // namespace cudakit::instrument::detail

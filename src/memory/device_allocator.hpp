@@ -111,6 +111,9 @@ class DeviceAllocator {
     std::vector<ExpandableSegment::SharedChunk> chunks;  // each with its size
   };
   bool share_expandable(const void* ptr, ExpandableShare& out);
+  // `stream` (valid now, destroyed next by its owner: instrument/stream_lifetime.hpp) is
+  // replaced in the noted streams by a fence event recorded on it. Never throws.
+  void retire_stream(detail::StreamHandle stream) noexcept;
   // record_stream: reuse of ptr's block waits for `stream`'s current work. False if unknown.
   bool record_stream(void* ptr, detail::StreamHandle stream);
 
@@ -312,17 +315,19 @@ class DeviceAllocator {
   void release_spares();  // queues the destruction of unused spare handles
   std::size_t chunk_bytes(bool small) const noexcept;  // the unit of a pool kind
   std::size_t chunk_for(bool small, std::size_t pool_bytes) const noexcept;
-  // Every stream this allocator has handed memory out on (expandable_segment.cpp,
-  // compact_expandable: pages move only while all of them are idle).
+  // Every stream this allocator has handed memory out on, and the fences of those destroyed
+  // since (stream_retire.cpp): compact_expandable moves pages only while all of them are idle.
   void note_stream(detail::StreamHandle stream) {
     if (stream == last_noted_stream_ && !noted_streams_.empty()) return;
-    last_noted_stream_ = stream;
-    for (detail::StreamHandle s : noted_streams_)
-      if (s == stream) return;
-    noted_streams_.push_back(stream);
+    note_new_stream(stream);
   }
+  void note_new_stream(detail::StreamHandle stream);
   bool all_noted_streams_idle() noexcept;
+  // Whether the work queued on `stream` so far is done (false when not known); never asks
+  // the driver about a destroyed stream.
   bool block_stream_idle(detail::StreamHandle stream) noexcept;
+  bool fence_done(std::size_t i) noexcept;  // retired_[i]
+  void drop_completed_fences(bool device_synchronized) noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
   Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,
@@ -395,6 +400,13 @@ class DeviceAllocator {
   std::uint64_t free_epoch_ = 0;  // counts frees (Block::free_epoch)
   std::vector<detail::StreamHandle> noted_streams_;  // note_stream(); under the locks
   detail::StreamHandle last_noted_stream_ = nullptr;
+  // A noted stream destroyed by cudakit: an event recorded on it just before (nullptr when
+  // it could not be recorded: not known to be idle until the device is synchronized).
+  struct RetiredStream {
+    detail::StreamHandle stream;
+    detail::EventHandle fence;
+  };
+  std::vector<RetiredStream> retired_;  // under the locks
   std::size_t total_memory_ = 0;
   std::size_t limit_ = SIZE_MAX;  // reserved-bytes cap from the memory fraction
   double fraction_ = 1.0;
@@ -409,6 +421,8 @@ class DeviceAllocator {
   VmCallCounts vm_calls_;
 
  public:
+  // Destroyed streams whose work is not known to be done yet (tests).
+  std::size_t retired_streams_pending();
   // Driver calls made for expandable segments so far (replay benchmark, tests).
   const VmCallCounts& vm_calls() const noexcept { return vm_calls_; }
 };
@@ -471,6 +485,11 @@ inline Block* DeviceAllocator::split_at(Block* x, std::uintptr_t at) {
 DeviceAllocator& device_allocator(int device);
 // Allocators created so far (for empty_cache, delete of unknown pointers).
 std::vector<DeviceAllocator*> existing_allocators();
+// The allocator of `device` if it was created, else nullptr (never creates, never throws).
+DeviceAllocator* existing_device_allocator(int device) noexcept;
+// Destroyed streams are retired in the allocators (stream_retire.cpp); called once when the
+// first allocator is created.
+void install_stream_retiring_hook() noexcept;
 // Whether the caching allocator is enabled (caching_allocator_enable).
 bool caching_enabled() noexcept;
 void set_caching_enabled(bool on) noexcept;

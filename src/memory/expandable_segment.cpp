@@ -229,53 +229,6 @@ void ExpandableSegment::destroy(detail::Backend& backend, detail::PhysMemHandle 
 
 // ---- DeviceAllocator: expandable paths ----
 
-bool DeviceAllocator::block_stream_idle(detail::StreamHandle s) noexcept {
-  try {
-    if (s) return backend_.stream_query(s);
-    DeviceGuard guard(device_);
-    return backend_.stream_query(s);
-  } catch (...) {
-    return false;  // e.g. a destroyed stream: not known to be idle
-  }
-}
-
-bool DeviceAllocator::all_noted_streams_idle() noexcept {
-  // A stream the driver no longer knows (destroyed) is dropped from the list: its work is
-  // over, and keeping it would stop compaction for good. Querying a capturing stream would
-  // invalidate its capture (a capture begun outside cudakit's graphs, e.g. a raw
-  // cuStreamBeginCapture, routes nothing), so the created streams' capture states are asked
-  // first (the legacy stream is not asked: that is itself an error during a capture).
-  for (detail::StreamHandle s : noted_streams_) {
-    if (!s) continue;
-    try {
-      if (backend_.stream_capture_status(s, nullptr) != detail::CaptureStatus::none) return false;
-    } catch (...) {
-      // a destroyed stream: the query below drops it
-    }
-  }
-  for (std::size_t i = 0; i < noted_streams_.size();) {
-    const detail::StreamHandle s = noted_streams_[i];
-    try {
-      bool idle;
-      if (s) {
-        idle = backend_.stream_query(s);
-      } else {  // the legacy stream of this device (a null handle)
-        DeviceGuard guard(device_);
-        idle = backend_.stream_query(s);
-      }
-      if (!idle) return false;
-      ++i;
-    } catch (const AcceleratorError& e) {
-      if (e.code() != errc::invalid_handle) return false;
-      noted_streams_.erase(noted_streams_.begin() + static_cast<std::ptrdiff_t>(i));
-      if (last_noted_stream_ == s) last_noted_stream_ = nullptr;
-    } catch (...) {
-      return false;
-    }
-  }
-  return true;
-}
-
 std::size_t DeviceAllocator::chunk_bytes(bool small) const noexcept {
   return small ? vm_page_ : vm_page_ * cfg_.expandable_chunk_pages;
 }
@@ -306,15 +259,14 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, const Block* k
   // only the freed block's stream (as this code once did) missed exactly that case. A
   // stream that never allocated here but reads memory without record_stream is still not
   // covered: CUDA gives no cheap "is the device idle" query; release_expandable (OOM,
-  // empty_cache) synchronizes the device instead. Never while allocations are routed to a
+  // empty_cache) synchronizes the device instead. The price of asking every stream: while
+  // any stream that allocated here is busy, pages do not move and the footprint grows
+  // instead (measured only in replay, where every stream is idle). Never while allocations are routed to a
   // pool (graph capture): a stream query can invalidate a capture.
   if (!routes_.empty()) return 0;
-  // KNOWN HAZARD (torch-suite test_cudnn_multiple_threads_same_device on the H200): a block
-  // read by another stream without record_stream is unmapped when its own stream is idle.
-  // Requiring every stream that allocated here to be idle fixed it (memcheck clean), but
-  // querying a destroyed stream crashes the driver (C++ Streams are destroyed; the GPU suite
-  // segfaulted), so it needs stream-lifetime notifications first: all_noted_streams_idle()
-  // is kept for that, unused until then.
+  // Every stream that allocated here is asked once (stream_retire.cpp: a destroyed stream's
+  // fence event instead of the stream); the page moves below then need no further query.
+  if (!all_noted_streams_idle()) return 0;
   const std::uintptr_t keep_lo = keep_from ? keep_from->ptr : 0;
   const std::uintptr_t keep_hi = keep_lo + keep_bytes;
   const ExpandableSegment* keep_es = keep_from ? keep_from->expandable : nullptr;
@@ -339,7 +291,7 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, const Block* k
   for (Block* b : v) {
     if (freed >= want) break;
     auto [lo, hi] = b->expandable->unmappable(b->ptr, b->size);
-    if (hi <= lo || !block_stream_idle(b->stream)) continue;
+    if (hi <= lo) continue;
     erase_free(*b->pool, b);
     freed += unmap_free_pages(b, /*keep_handles=*/b->pool->is_small == small_wanted);
   }
@@ -368,6 +320,7 @@ void DeviceAllocator::release_expandable(Locked& lock) {
   }
   lock.lock();
   if (!synchronized) return;
+  drop_completed_fences(/*device_synchronized=*/true);
   for (BlockPool* pool : {&large_, &small_}) {
     for (Block* b : pool->blocks.blocks()) {
       if (!b->expandable || b->free_epoch > epoch) continue;

@@ -4,8 +4,10 @@
 #include <thread>
 #include <vector>
 
+#include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
+#include "instrument/stream_lifetime.hpp"
 #include "memory/deferred_free.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
@@ -264,6 +266,18 @@ void caching_allocator_delete(void* ptr) {
   if (!memory::raw_free(ptr, -1))
     throw ValueError("caching_allocator_delete: pointer is not a live allocation of cudakit's "
                      "caching allocator (double free, or memory from another allocator)");
+}
+
+void stream_retiring(StreamRef stream) noexcept {
+  int device = stream.device();
+  if (device < 0) {
+    try {
+      device = current_device();
+    } catch (...) {
+      return;
+    }
+  }
+  instrument::stream_retiring(stream.handle(), device);
 }
 
 void caching_allocator_enable(bool enabled) { memory::set_caching_enabled(enabled); }

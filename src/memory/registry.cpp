@@ -34,6 +34,7 @@ DeviceAllocator& device_allocator(int device) {
     if (device >= b.device_count()) detail::throw_invalid_device(device);
     a = new DeviceAllocator(device, b, config());  // leaked on purpose
     g_allocators[device].store(a, std::memory_order_release);
+    install_stream_retiring_hook();
   }
   warn_about_env_config_once();  // no lock held: the handler may take the GIL
   return *a;
@@ -94,6 +95,11 @@ void apply_allocator_settings(const std::string& text) {
   }
   host_allocator().apply_settings(next);
   for (const std::string& w : next.warnings) warn(w);
+}
+
+DeviceAllocator* existing_device_allocator(int device) noexcept {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return g_allocators[device].load(std::memory_order_acquire);
 }
 
 std::vector<DeviceAllocator*> existing_allocators() {

@@ -11,6 +11,7 @@
 #include "cudakit/error.hpp"
 #include "devices/sync_debug.hpp"
 #include "instrument/observers.hpp"
+#include "instrument/stream_lifetime.hpp"
 
 namespace cudakit {
 namespace {
@@ -180,6 +181,7 @@ Stream::Stream(int device, int priority, bool non_blocking)
 Stream::~Stream() {
   if (const auto* o = instrument::stream_observer(); handle_ && o) [[unlikely]] o->stream_destroyed(handle_, device_);  // sanitizer
   if (handle_ && !detail::is_shutting_down()) {
+    instrument::stream_retiring(handle_, device_);  // the allocator fences it (stream_lifetime.hpp)
     try {
       detail::backend().stream_destroy(handle_);
     } catch (...) {

@@ -133,6 +133,77 @@ TEST(MemoryAllocator, ExpandableSegmentsMovePagesOfIdleStreams) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
+// A block used by another stream without record_stream (torch's test_cudnn_multiple_threads_
+// same_device does it: a default-stream tensor read by a side stream's convolution, then
+// freed): its own stream is idle, but the other stream's work still reads the pages, so they
+// must not be unmapped while any stream that allocated here is busy (unmapping them faulted
+// with an illegal address on the H200; torch's default mode only races there).
+TEST(MemoryAllocator, ExpandablePagesStayWhileAnotherStreamMayReadThem) {
+  DeviceAllocator a = make("expandable_segments:True");
+  Stream s1(0), reader(0), s3(0);
+  std::atomic<bool> release{false};
+  auto* b = a.malloc(64 * kMiB, s1.handle());  // made on s1 (idle from now on)
+  const auto lo = b->ptr, hi = b->ptr + b->size;
+  auto* own = a.malloc(2 * kMiB, reader.handle());  // the reader allocates its own outputs
+  reader.launch_host_func([&] {  // stands for a kernel on `reader` that reads b
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  a.free(reinterpret_cast<void*>(lo));  // freed on its (idle) stream, no record_stream
+  auto* c = a.malloc(64 * kMiB, s3.handle());  // pages would move here
+  EXPECT_TRUE(c->ptr + c->size <= lo || c->ptr >= hi);
+  EXPECT_GE(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(128 * kMiB))
+      << "b's pages were moved while a stream that may read them was busy";
+  release = true;
+  reader.sync();
+  a.free(reinterpret_cast<void*>(c->ptr));
+  a.free(reinterpret_cast<void*>(own->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+}
+
+// A stream destroyed while its work still runs (cuStreamDestroy returns at once): the blocks
+// it freed keep their pages until that work is done, and the allocator never asks the driver
+// about the destroyed handle (that crashed driver 580): it asks the fence event recorded when
+// the stream was retired (instrument/stream_lifetime.hpp). Through the process's allocator,
+// so that Stream's destructor reaches it by the installed hook.
+TEST(MemoryAllocator, ADestroyedBusyStreamsPagesStayUntilItsWorkIsDone) {
+  DeviceAllocator& a = memory::device_allocator(0);
+  a.empty_cache();
+  const auto reserved0 = a.stats().reserved_bytes[0].current;
+  std::atomic<bool> release{false};
+  std::uintptr_t lo, hi;
+  {
+    Stream doomed(0);
+    auto* b = a.malloc(64 * kMiB, doomed.handle());
+    lo = b->ptr;
+    hi = b->ptr + b->size;
+    doomed.launch_host_func([&] {  // still running after the stream is destroyed
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    a.free(reinterpret_cast<void*>(lo));
+  }  // ~Stream: retired (fence recorded), then destroyed
+  Stream other(0);
+  auto* c = a.malloc(64 * kMiB, other.handle());  // pages would move here
+  EXPECT_TRUE(c->ptr + c->size <= lo || c->ptr >= hi);
+  EXPECT_GE(a.stats().reserved_bytes[0].current - reserved0, static_cast<std::int64_t>(128 * kMiB))
+      << "pages moved while the destroyed stream's work was still running";
+  EXPECT_EQ(a.retired_streams_pending(), 1u);
+  release = true;
+  for (int i = 0; i < 5000 && a.retired_streams_pending() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the host task returns
+  ASSERT_EQ(a.retired_streams_pending(), 0u) << "the fence never completed";
+  // 192 MiB on `other` fit in the 64 MiB reserved there plus the destroyed stream's 64 MiB
+  // moved, plus 64 MiB new.
+  a.free(reinterpret_cast<void*>(c->ptr));
+  c = a.malloc(192 * kMiB, other.handle());
+  const bool moved =
+      a.stats().reserved_bytes[0].current - reserved0 <= static_cast<std::int64_t>(200 * kMiB);
+  EXPECT_TRUE(moved) << "the destroyed stream's pages never moved after its work finished";
+  a.free(reinterpret_cast<void*>(c->ptr));
+  other.sync();
+  a.empty_cache();
+}
+
 TEST(MemoryAllocator, RecordStreamDefersReuse) {
   DeviceAllocator a = make();
   Stream s1(0), s2(0);

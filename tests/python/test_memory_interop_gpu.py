@@ -56,3 +56,27 @@ def test_cupy_arrays_through_cudakit_pool():
         print("OK", m.memory_allocated())
     """)
     assert out.startswith("OK")
+
+
+def test_cupy_streams_created_and_dropped_while_pages_move():
+    # CuPy destroys a Stream when its last reference goes; cudakit's page moves ask every
+    # stream that allocated whether it is idle. The hook keeps and retires CuPy's streams
+    # (_cupy_interop.py), so the driver is never asked about a destroyed handle (it crashed).
+    out = _run("""
+        import cupy, cudakit.memory as m
+        m.use_with_cupy()
+        keep = []
+        for i in range(200):
+            s = cupy.cuda.Stream(non_blocking=True)
+            with s:
+                a = cupy.ones((8 + (i % 7) * 3) << 18, dtype=cupy.float32)  # 8-26 MiB
+                keep.append(float(a[:4].sum()))
+                del a
+            del s
+            b = cupy.empty((32 + (i % 5) * 16) << 18, dtype=cupy.float32)  # pages move here
+            del b
+        cupy.cuda.Device().synchronize()
+        assert keep == [4.0] * 200
+        print("OK", m.memory_reserved())
+    """)
+    assert out.startswith("OK")

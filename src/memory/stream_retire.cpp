@@ -1,0 +1,168 @@
+// Which streams that allocated here are idle, without ever asking the driver about a destroyed
+// one (instrument/stream_lifetime.hpp says why that matters).
+//
+// The allocator notes every stream it hands memory out on (note_stream, on malloc's slow path
+// after a one-entry cache). compact_expandable unmaps free pages only while all of them are
+// idle: a block freed on its stream may still be read by work queued before the free on
+// another stream that used it without record_stream (torch's test_cudnn_multiple_threads_same_
+// device does; torch's default mode never unmaps, so there it only races; unmapping faulted
+// with an illegal address on the H200). Checking only the freed block's stream missed that.
+//
+// A stream cudakit destroys is retired first (retire_stream, from the streams module's hook):
+// an event is recorded on it while the handle is valid and the stream leaves the noted list;
+// from then on the event is asked. A completed fence is dropped: a block tagged with a stream
+// that is neither noted nor fenced was noted once (every block's stream is, at malloc) and
+// has left through a completed fence or a driver that no longer knew the handle, so its work
+// is done. A handle the driver hands out again for a new stream is noted again and asked as
+// a stream (together with the old fence while that is pending).
+#include <algorithm>
+
+#include "cudakit/error.hpp"
+#include "instrument/stream_lifetime.hpp"
+#include "memory/device_allocator.hpp"
+#include "memory/locks.hpp"
+
+namespace cudakit::memory {
+
+void DeviceAllocator::note_new_stream(detail::StreamHandle stream) {
+  last_noted_stream_ = stream;
+  for (detail::StreamHandle s : noted_streams_)
+    if (s == stream) return;
+  noted_streams_.push_back(stream);
+}
+
+void DeviceAllocator::retire_stream(detail::StreamHandle stream) noexcept {
+  if (!stream) return;
+  try {
+    detail::EventHandle e = nullptr;
+    {
+      Locked lock(*this);
+      if (std::find(noted_streams_.begin(), noted_streams_.end(), stream) == noted_streams_.end())
+        return;  // never allocated here
+      if (!spare_events_.empty()) {
+        e = spare_events_.back();
+        spare_events_.pop_back();
+      }
+    }
+    // Created and recorded without the locks, as free() records its events (cuEventCreate
+    // may wait on a driver lock held by a thread whose draining device runs a host function
+    // that frees memory here).
+    bool recorded = false;
+    try {
+      if (!e) e = backend_.event_create(device_, detail::kEventDisableTiming);
+      backend_.event_record(e, stream);
+      recorded = true;
+    } catch (...) {
+    }
+    Locked lock(*this);
+    auto it = std::find(noted_streams_.begin(), noted_streams_.end(), stream);
+    if (it != noted_streams_.end()) noted_streams_.erase(it);
+    if (last_noted_stream_ == stream) last_noted_stream_ = nullptr;
+    if (!recorded && e) {
+      spare_events_.push_back(e);
+      e = nullptr;
+    }
+    retired_.push_back({stream, e});
+  } catch (...) {  // the hook never throws (a destructor calls it)
+  }
+}
+
+bool DeviceAllocator::fence_done(std::size_t i) noexcept {
+  detail::EventHandle e = retired_[i].fence;
+  if (!e) return false;
+  try {
+    return backend_.event_query(e);
+  } catch (...) {
+    return false;
+  }
+}
+
+void DeviceAllocator::drop_completed_fences(bool device_synchronized) noexcept {
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < retired_.size(); ++i) {
+    if (device_synchronized || fence_done(i)) {
+      if (retired_[i].fence) spare_events_.push_back(retired_[i].fence);
+      continue;
+    }
+    retired_[keep++] = retired_[i];
+  }
+  retired_.resize(keep);
+}
+
+std::size_t DeviceAllocator::retired_streams_pending() {
+  Locked lock(*this);
+  drop_completed_fences(/*device_synchronized=*/false);
+  return retired_.size();
+}
+
+bool DeviceAllocator::block_stream_idle(detail::StreamHandle s) noexcept {
+  for (std::size_t i = 0; i < retired_.size(); ++i) {
+    if (retired_[i].stream != s) continue;
+    if (!fence_done(i)) return false;
+    if (retired_[i].fence) spare_events_.push_back(retired_[i].fence);
+    retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+  // A destroyed stream that left through its fence (or was never noted) is not asked.
+  if (s && std::find(noted_streams_.begin(), noted_streams_.end(), s) == noted_streams_.end())
+    return true;
+  try {
+    if (s) return backend_.stream_query(s);
+    DeviceGuard guard(device_);
+    return backend_.stream_query(s);
+  } catch (...) {
+    return false;
+  }
+}
+
+bool DeviceAllocator::all_noted_streams_idle() noexcept {
+  drop_completed_fences(/*device_synchronized=*/false);
+  if (!retired_.empty()) return false;  // a destroyed stream's work is still running
+  // Querying a capturing stream would invalidate its capture (a capture begun outside
+  // cudakit's graphs, e.g. a raw cuStreamBeginCapture, routes nothing), so the created
+  // streams' capture states are asked first (the legacy stream is not asked: that is itself
+  // an error during a capture).
+  for (detail::StreamHandle s : noted_streams_) {
+    if (!s) continue;
+    try {
+      if (backend_.stream_capture_status(s, nullptr) != detail::CaptureStatus::none) return false;
+    } catch (...) {
+      // a foreign stream its owner destroyed: the query below drops it
+    }
+  }
+  for (std::size_t i = 0; i < noted_streams_.size();) {
+    const detail::StreamHandle s = noted_streams_[i];
+    try {
+      bool idle;
+      if (s) {
+        idle = backend_.stream_query(s);
+      } else {  // the legacy stream of this device (a null handle)
+        DeviceGuard guard(device_);
+        idle = backend_.stream_query(s);
+      }
+      if (!idle) return false;
+      ++i;
+    } catch (const AcceleratorError& e) {
+      // A handle the driver says it does not know (a foreign stream destroyed by its owner
+      // without retiring it): its work is over, and keeping it would stop page moves for good.
+      if (e.code() != errc::invalid_handle) return false;
+      noted_streams_.erase(noted_streams_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (last_noted_stream_ == s) last_noted_stream_ = nullptr;
+    } catch (...) {
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+void retire_everywhere(NativeStream s, int device) noexcept {
+  if (DeviceAllocator* a = existing_device_allocator(device)) a->retire_stream(s);
+}
+
+}  // namespace
+
+void install_stream_retiring_hook() noexcept { instrument::set_stream_retiring_hook(&retire_everywhere); }
+
+}  // namespace cudakit::memory
