@@ -41,11 +41,13 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
   fraction_ = cfg_.per_process_memory_fraction;
   limit_ = fraction_ >= 1.0 ? SIZE_MAX
                             : static_cast<std::size_t>(fraction_ * static_cast<double>(total_memory_));
+  register_live_allocator(this);  // destroyed streams reach it (stream_retire.cpp)
 }
 
 // The registry's allocators are never destroyed (no device calls at exit). Instances made
 // directly (tests, the replay tool) return their cached memory here; live blocks leak.
 DeviceAllocator::~DeviceAllocator() {
+  unregister_live_allocator(this);
   if (detail::is_shutting_down()) return;
   try {
     Locked lock(*this);
@@ -53,6 +55,9 @@ DeviceAllocator::~DeviceAllocator() {
     wait_for_pending_events(lock);
     release_cached(lock);
     lock.unlock();
+    for (const RetiredStream& r : retired_)
+      if (r.fence) spare_events_.push_back(r.fence);
+    retired_.clear();
     for (detail::EventHandle e : spare_events_) backend_.event_destroy(e);
   } catch (...) {
   }

@@ -487,9 +487,10 @@ DeviceAllocator& device_allocator(int device);
 std::vector<DeviceAllocator*> existing_allocators();
 // The allocator of `device` if it was created, else nullptr (never creates, never throws).
 DeviceAllocator* existing_device_allocator(int device) noexcept;
-// Destroyed streams are retired in the allocators (stream_retire.cpp); called once when the
-// first allocator is created.
-void install_stream_retiring_hook() noexcept;
+// Destroyed streams are retired in every live allocator of their device (stream_retire.cpp):
+// the constructor and destructor register and unregister each one.
+void register_live_allocator(DeviceAllocator* a) noexcept;
+void unregister_live_allocator(DeviceAllocator* a) noexcept;
 // Whether the caching allocator is enabled (caching_allocator_enable).
 bool caching_enabled() noexcept;
 void set_caching_enabled(bool on) noexcept;

@@ -34,7 +34,6 @@ DeviceAllocator& device_allocator(int device) {
     if (device >= b.device_count()) detail::throw_invalid_device(device);
     a = new DeviceAllocator(device, b, config());  // leaked on purpose
     g_allocators[device].store(a, std::memory_order_release);
-    install_stream_retiring_hook();
   }
   warn_about_env_config_once();  // no lock held: the handler may take the GIL
   return *a;

@@ -16,6 +16,8 @@
 // is done. A handle the driver hands out again for a new stream is noted again and asked as
 // a stream (together with the old fence while that is pending).
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "cudakit/error.hpp"
 #include "instrument/stream_lifetime.hpp"
@@ -157,12 +159,35 @@ bool DeviceAllocator::all_noted_streams_idle() noexcept {
 
 namespace {
 
+// Every DeviceAllocator alive, the registry's and those made directly (tests, the replay
+// tool): each may have noted the stream. Lock order: this mutex, then an allocator's locks;
+// nothing calls the driver while holding only this one except retire_stream's fence.
+std::mutex g_live_mutex;
+std::vector<DeviceAllocator*>& live_allocators() {
+  static auto* v = new std::vector<DeviceAllocator*>;  // leaked: used until process exit
+  return *v;
+}
+
 void retire_everywhere(NativeStream s, int device) noexcept {
-  if (DeviceAllocator* a = existing_device_allocator(device)) a->retire_stream(s);
+  std::lock_guard lock(g_live_mutex);
+  for (DeviceAllocator* a : live_allocators())
+    if (a->device() == device) a->retire_stream(s);
 }
 
 }  // namespace
 
-void install_stream_retiring_hook() noexcept { instrument::set_stream_retiring_hook(&retire_everywhere); }
+void register_live_allocator(DeviceAllocator* a) noexcept {
+  try {
+    std::lock_guard lock(g_live_mutex);
+    live_allocators().push_back(a);
+  } catch (...) {  // out of memory: that allocator's destroyed streams are then asked as such
+  }
+  instrument::set_stream_retiring_hook(&retire_everywhere);
+}
+
+void unregister_live_allocator(DeviceAllocator* a) noexcept {
+  std::lock_guard lock(g_live_mutex);
+  std::erase(live_allocators(), a);
+}
 
 }  // namespace cudakit::memory
