@@ -31,6 +31,25 @@ void DeviceAllocator::note_new_stream(detail::StreamHandle stream) {
   for (detail::StreamHandle s : noted_streams_)
     if (s == stream) return;
   noted_streams_.push_back(stream);
+  // The driver handed a destroyed stream's handle out again (the H200 does at once): the free
+  // blocks tagged with it look like this stream's own and would be reused in its order
+  // without waiting for the old stream's work. The new stream waits for the old one's fence
+  // on the device (no host wait), and from then on the handle is an ordinary stream.
+  for (std::size_t i = 0; i < retired_.size(); ++i) {
+    if (retired_[i].stream != stream) continue;
+    // (No fence: recording failed, in practice only on a stream destroyed mid-capture,
+    // whose capture the destroy invalidates; nothing to order against.)
+    if (retired_[i].fence && !fence_done(i)) {
+      try {
+        backend_.stream_wait_event(stream, retired_[i].fence);
+      } catch (...) {
+        return;  // keep the fence: block_stream_idle still asks it
+      }
+    }
+    if (retired_[i].fence) spare_events_.push_back(retired_[i].fence);
+    retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
 }
 
 void DeviceAllocator::retire_stream(detail::StreamHandle stream) noexcept {
