@@ -2,6 +2,8 @@
 // range map for pointer→device queries, pinned host memory, stream-ordered allocation and
 // memory IPC handles (exported, but opened nowhere: not in the exporting process, as CUDA,
 // and not in another one, which cannot see this process's memory).
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 
 #include "backend/emulated/ipc.hpp"
@@ -15,11 +17,26 @@ std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 }  // namespace
 
 bool EmulatedBackend::reserve_bytes(Device& d, std::size_t bytes) {
-  std::size_t used = d.used.load(std::memory_order_relaxed);
-  do {
-    if (bytes > d.limit || used > d.limit - bytes) return false;
-  } while (!d.used.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  return true;
+  auto try_reserve = [&] {
+    std::size_t used = d.used.load(std::memory_order_relaxed);
+    do {
+      if (bytes > d.limit || used > d.limit - bytes) return false;
+    } while (!d.used.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    return true;
+  };
+  if (try_reserve()) return true;
+  // cuMemFree returns once the device finished the work queued before it, so the memory is
+  // free for the next allocation; here a free waits for that work asynchronously
+  // (free_device), and a request that would fit once it has run waits for it a while
+  // (bounded: a stream blocked on the host thread that asks must not hang it). Never on a
+  // stream's worker, whose own queue may be what the free waits for.
+  if (on_stream_worker() || bytes > d.limit) return false;
+  for (int i = 0; i < 20000 && frees_pending_.load(std::memory_order_acquire); ++i) {
+    reap_freed();
+    if (try_reserve()) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return try_reserve();
 }
 
 void EmulatedBackend::release_bytes(Device& d, std::size_t bytes) {

@@ -56,6 +56,9 @@ struct Stream;
 struct Device;
 struct CaptureSession;
 
+// Whether the calling thread runs a stream's work (streams.cpp).
+bool on_stream_worker() noexcept;
+
 struct Dep {
   std::shared_ptr<Stream> stream;
   std::uint64_t seq = 0;

@@ -95,6 +95,8 @@ Stream* EmulatedBackend::resolve(StreamHandle h) {
   return s;
 }
 
+bool on_stream_worker() noexcept { return t_is_worker; }
+
 void EmulatedBackend::start_worker(Stream& s) {
   s.worker_started = true;
   register_exit_wait_once();
