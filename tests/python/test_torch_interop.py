@@ -387,3 +387,28 @@ def test_allocator_backend_is_cudakits(interop, torch):
     interop.use_with_torch()
     assert torch._C._cuda_getAllocatorBackend() == interop.get_allocator_backend()
     assert torch._C._cuda_getAllocatorBackend() in ("native", "cudaMallocAsync")
+
+
+def test_plugin_allocation_with_the_gil_released_keeps_its_python_stack(ck):
+    # torch's ops release the GIL before they allocate through the plug-in; torch's own
+    # allocator still records their Python stacks (its traceback takes the GIL back), and
+    # torch's test_memory_plots_* look for the allocating function's name in the snapshot.
+    # ctypes releases the GIL around the call just as torch does.
+    lib = _plugin()
+    m = ck.memory
+    m._record_memory_history("all", context="all", stacks="python")
+    try:
+        def the_allocating_function():
+            return lib.cudakit_malloc(1 << 20, 0, None)
+
+        p = the_allocating_function()
+        assert p
+        try:
+            snap = m._snapshot()
+        finally:
+            lib.cudakit_free(p, 1 << 20, 0, None)
+    finally:
+        m._record_memory_history(None)
+    names = [f.get("name") for seg in snap["segments"] for b in seg["blocks"]
+             if b.get("state") == "active_allocated" for f in b.get("frames", [])]
+    assert "the_allocating_function" in names, names[:20]
