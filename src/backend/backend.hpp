@@ -161,7 +161,8 @@ struct GemmArgs {
   // C = alpha * op(A) op(B) + beta * C (BLAS). matmul uses 1 and 0; beta != 0 reads C.
   double alpha = 1.0, beta = 0.0;
   // Scratch memory for the library, from the caching allocator (ops::blas_gemm: one per
-  // (device, stream), as torch's cuBLAS workspaces). The cuda backend hands it to cuBLAS
+  // (device, stream) for eager products, as torch's cuBLAS workspaces; a captured product's
+  // own, from the graph's private pool). The cuda backend hands it to cuBLAS
   // (cublasSetWorkspace) so cuBLAS never allocates from the driver, outside the pool and
   // its statistics — during graph capture too; null: the library's own. The emulated GEMM
   // needs none.

@@ -11,6 +11,9 @@
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
+#include "cudakit/stream.hpp"
+#include "core/capture_gate.hpp"
+#include "backend/backend.hpp"
 #include "tunable/dispatch.hpp"
 
 namespace cudakit {
@@ -43,23 +46,63 @@ std::size_t workspace_size(int device) {
                                       : std::size_t{4096} * 1024 * 2 + std::size_t{16} * 1024 * 8;
 }
 
-// One workspace per (device, stream handle), from the caching allocator, kept for the life
-// of the process (torch's map of (handle, stream) to workspace). The first product on a
-// capturing stream allocates it inside the capture, so it comes from the graph's private pool
-// like the graph's other memory (torch's semantic) and not from the driver behind the pool's
-// back. Keyed by the handle, as torch: a handle reused by a later stream reuses the
-// workspace, so destroyed streams do not accumulate workspaces.
-std::pair<void*, std::size_t> workspace(int device, detail::StreamHandle s) {
+// The workspace of one product. Eager products share one workspace per (device, stream), from
+// the caching allocator and kept for the life of the process (torch's map of (handle, stream)
+// to workspace): keyed by the stream handle, so a handle reused by a later stream reuses it and
+// destroyed streams do not accumulate workspaces.
+//
+// A product on a capturing stream never uses that cached workspace, and never leaves its own
+// in the cache: it allocates one inside the capture (from the graph's private pool, like the
+// graph's other memory) and frees it once the product is enqueued, back into that pool, where
+// the graph's replays keep using it (the caching allocator hands the block out again only on
+// this stream, in its order, and only to allocations routed to the same pool). What this
+// replaced (issue 24) was torch's one map for both: the first product on a stream, eager or
+// captured, made the stream's workspace, so
+//   * a capture on a stream that had run a product before (torch's warm-up-on-the-side-stream
+//     pattern; any cudakit.Stream(), whose pool of 32 is shared round robin with earlier work)
+//     took nothing from its pool: its graph wrote into a workspace in the general pool, shared
+//     with eager products on that stream and with every other graph captured on it, while
+//     replays run on whatever stream is current (a data race on the GPU);
+//   * a workspace made inside a capture stayed cached, in that graph's private pool, for the
+//     eager products on the stream and for later captures, and kept the dead graph's pool
+//     reserved for the life of the process.
+// Whether the workspace came from the pool or not then depended on which test ran before.
+// A capture pays one caching-allocator allocate/free per product (host time at capture only).
+struct Workspace {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  Allocation owned;  // set for a product on a capturing stream: freed after the enqueue
+};
+
+bool capturing(int device, detail::StreamHandle s) {
+  // No capture in the process (cudakit's count, core/capture_gate.hpp): no driver query on the
+  // eager path. The legacy default stream never captures, and asking the driver about it while
+  // another stream captures globally can be an implicit-synchronisation error.
+  if (detail::live_captures() == 0) return false;
+  if (StreamRef::from_handle(s, device).is_default()) return false;
+  return detail::backend().stream_capture_status(s, nullptr) != detail::CaptureStatus::none;
+}
+
+Workspace workspace(int device, detail::StreamHandle s) {
+  if (capturing(device, s)) {
+    Workspace w;
+    if (const std::size_t bytes = workspace_size(device)) {
+      w.owned = allocate_device(bytes, device, StreamRef::from_handle(s, device));
+      w.ptr = w.owned.get();
+      w.bytes = w.owned.size();
+    }
+    return w;
+  }
   static std::mutex mu;
   static auto* spaces = new std::map<std::pair<int, detail::StreamHandle>, Allocation>();  // leaked: used until exit
   std::lock_guard lock(mu);
   Allocation& a = (*spaces)[{device, s}];
   if (!a) {  // the size is worked out once per stream, not per product
     const std::size_t bytes = workspace_size(device);
-    if (bytes == 0) return {nullptr, 0};
+    if (bytes == 0) return {};
     a = allocate_device(bytes, device, StreamRef::from_handle(s, device));
   }
-  return {a.get(), a.size()};
+  return {a.get(), a.size(), Allocation()};
 }
 
 }  // namespace
@@ -105,9 +148,12 @@ void ops::blas_gemm(int device, detail::StreamHandle s, const Tensor& a0, const 
   // The operands (including contiguous copies made above) live until the product ran.
   g.keep_alive = std::make_shared<const std::array<std::shared_ptr<Storage>, 3>>(
       std::array<std::shared_ptr<Storage>, 3>{a.storage(), b.storage(), out.storage()});
-  std::tie(g.workspace, g.workspace_bytes) = workspace(device, s);
+  Workspace ws = workspace(device, s);
+  g.workspace = ws.ptr;
+  g.workspace_bytes = ws.bytes;
   // TunableOp hook: the backend's GEMM, or the tuned solution when TunableOp is enabled
-  // (src/tunable/dispatch.hpp; one relaxed atomic load when it is not).
+  // (src/tunable/dispatch.hpp; one relaxed atomic load when it is not). A capture's workspace
+  // (ws.owned) is freed when this returns: the product is enqueued, and reuse is ordered on s.
   tunable::detail::gemm(device, s, std::move(g));
 }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include "backend/backend.hpp"
@@ -192,7 +193,21 @@ struct Trace::Impl {
     for (HookHandle& h : graph_hooks) h.remove();
     graph_hooks.clear();
     if (backend_started) {
-      cudakit::detail::backend().activity_stop();
+      // Relaxed capture mode, as around activity_start and the flush: stopping disables the
+      // device kinds and makes CUPTI flush and release its record buffers, "potentially
+      // unsafe" calls that a global-mode capture on another thread forbids (the driver fails
+      // them and invalidates that capture; issue 28). Stopping without the guard when the
+      // mode cannot be exchanged (the driver is failing anyway) beats leaving CUPTI running;
+      // during process exit the backend makes no driver call, and neither does this.
+      auto& be = cudakit::detail::backend();
+      std::optional<cudakit::detail::ThreadCaptureModeGuard> relaxed;
+      if (!cudakit::detail::is_shutting_down()) {
+        try {
+          relaxed.emplace(be, cudakit::detail::CaptureMode::relaxed);
+        } catch (...) {
+        }
+      }
+      be.activity_stop();
       backend_started = false;
     }
   }

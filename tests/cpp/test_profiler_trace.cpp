@@ -527,6 +527,55 @@ TEST_F(Profiled, ATraceBesideAGlobalModeCaptureLeavesTheCaptureValid) {
   EXPECT_EQ(sum(x).item().d, 16 * 2.0);
 }
 
+// The other order (issue 28): a trace started before the capture, stopped on this thread
+// while another thread captures in global mode. stop() skips its device synchronize (a
+// warning says so), and flushes and stops the device activity in relaxed mode: stopping
+// releases the tool's record buffers, as "potentially unsafe" as allocating them (the
+// emulated backend models both), so before the fix the capture ended invalidated.
+TEST_F(Profiled, ATraceStoppedBesideAGlobalModeCaptureLeavesTheCaptureValid) {
+  Tensor x = zeros({16}, device_options());
+  Tensor one = ones({16}, device_options());
+  synchronize();
+  Trace trace;
+  add_(x, one);  // traced; the capture's pre-capture synchronize completes it
+  CUDAGraph g;
+  std::atomic<int> phase{0};  // 1: the capture is live (or failed to begin), 2: stopped
+  std::string capture_error;
+  std::thread capturer([&] {
+    try {
+      GraphCapture cap(g);  // global mode, cudakit's (and torch's) default
+      add_(x, one);
+      phase = 1;
+      while (phase.load() != 2) std::this_thread::yield();
+      add_(x, one);
+      cap.end();  // threw CUDA_ERROR_STREAM_CAPTURE_INVALIDATED before the fix
+    } catch (const std::exception& e) {
+      capture_error = e.what();
+      phase = 1;
+    }
+  });
+  while (phase.load() == 0) std::this_thread::yield();
+  std::string stop_error;
+  try {
+    trace.stop();
+  } catch (const std::exception& e) {
+    stop_error = e.what();
+  }
+  phase = 2;
+  capturer.join();
+  EXPECT_EQ(stop_error, "");
+  EXPECT_EQ(capture_error, "");
+  const std::vector<std::string> w = trace.warnings();
+  EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](const std::string& m) {
+    return m.find("captures were in progress") != std::string::npos;
+  })) << ::testing::PrintToString(w);
+  EXPECT_EQ(with(trace.events(), "kernel").size(), 1u);  // the eager add_; captured work did not run
+  EXPECT_FALSE(trace.chrome_trace_json().empty());  // exporting makes no driver call either
+  g.replay();
+  synchronize();
+  EXPECT_EQ(sum(x).item().d, 16 * 3.0);
+}
+
 // Issue 28 item 5 from C++ (tests/python/test_profiler_formats.py decodes the files).
 TEST_F(Profiled, ExportsGzipAndPerfettoProtobuf) {
   Tensor x = zeros({16}, device_options());

@@ -582,7 +582,11 @@ def test_captured_matmul_takes_its_cublas_workspace_from_the_pool(ck):
     a = ck.ones(64, 32, device="cuda")
     b = ck.ones(32, 16, device="cuda")
     a @ b  # warm-up: the library's handle of this thread exists before the capture, as in torch
-    s = ck.Stream()  # a stream no product ran on: it has no workspace yet
+    # A pool stream, shared round robin (32 per priority) with every earlier test: it may have
+    # run products before. The capture takes its own workspace all the same (issue 24: this
+    # test failed after test_profiler*.py + test_graphs.py, on a stream an earlier
+    # make_graphed_callables had used).
+    s = ck.Stream()
     gc.collect()
     ck.synchronize()
     ck.empty_cache()
@@ -605,13 +609,60 @@ def test_captured_matmul_takes_its_cublas_workspace_from_the_pool(ck):
     assert (free0 - free1) - (reserved1 - reserved0) < (1 << 20), (free0, free1, reserved0, reserved1)
     seg = [x for x in ck.memory_snapshot() if x["segment_pool_id"] == g.pool()]
     assert any(x["total_size"] >= workspace for x in seg), seg
-    # The stream keeps its workspace: the next product on it allocates only its result.
-    allocated = ck.memory_allocated()
+    # Eager products on s keep one workspace of the stream's, outside the graph's pool (the
+    # first may make it): the second allocates only its result, and the graph's pool is not
+    # touched.
+    def in_graph_pool():
+        return sorted((x["address"], x["allocated_size"]) for x in ck.memory_snapshot()
+                      if x["segment_pool_id"] == g.pool())
+    before = in_graph_pool()
     with ck.stream(s):
         d = a @ b
+    allocated = ck.memory_allocated()
+    with ck.stream(s):
+        e = a @ b
     ck.synchronize()
-    assert np.all(vals(d) == 32)
+    assert np.all(vals(d) == 32) and np.all(vals(e) == 32)
     assert ck.memory_allocated() - allocated < (1 << 20)
+    assert in_graph_pool() == before
+
+
+def test_a_capture_after_a_warm_up_on_its_stream_takes_its_own_cublas_workspace(ck):
+    """torch's pattern: warm up on the side stream, then capture on it. The captured product
+    takes a workspace from the graph's private pool, not the one the warm-up left on the
+    stream: replays run on whatever stream is current, so a shared workspace would be written
+    by a replay and an eager product on the stream at once (on a GPU: a data race). The
+    workspace goes with the graph's pool (issue 24)."""
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
+        pytest.skip("CUBLAS_WORKSPACE_CONFIG sets another workspace size")
+    props = ck.get_device_properties(0)
+    workspace = 32 << 20 if (props.major, props.minor) == (9, 0) else (8 << 20) + (128 << 10)
+    a = ck.ones(64, 32, device="cuda")
+    b = ck.ones(32, 16, device="cuda")
+    s = ck.Stream()
+    with ck.stream(s):
+        a @ b  # the warm-up: s has an eager workspace now
+    gc.collect()
+    ck.synchronize()
+    ck.empty_cache()
+    reserved0 = ck.memory_reserved()
+    g = ck.CUDAGraph()
+    with ck.graph(g, stream=s):
+        c = a @ b
+    seg = [x for x in ck.memory_snapshot() if x["segment_pool_id"] == g.pool()]
+    assert any(x["total_size"] >= workspace for x in seg), seg
+    assert ck.memory_reserved() - reserved0 >= workspace
+    with ck.stream(s):
+        d = a @ b  # beside the replay below, on its own workspace
+    g.replay()
+    ck.synchronize()
+    assert np.all(vals(c) == 32) and np.all(vals(d) == 32)
+    del g, c
+    gc.collect()
+    ck.synchronize()
+    ck.empty_cache()
+    # d's segment is all that may have been added: the graph's workspace went with its pool
+    assert ck.memory_reserved() - reserved0 < workspace, (reserved0, ck.memory_reserved())
 
 
 def test_capturing_nothing_warns_as_torch(ck, side):

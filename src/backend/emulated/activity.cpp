@@ -25,8 +25,9 @@
 // Kernels report grid = block = (1, 1, 1), no registers and no shared memory: a host task
 // has none, and inventing numbers would make the occupancy columns lie.
 //
-// Capture rules: activity_start counts as an allocation (check_unsafe_call), as CUPTI's
-// record-buffer allocation does on the cuda backend.
+// Capture rules: activity_start counts as an allocation and activity_stop (with the device
+// kinds on) as a free (check_unsafe_call), as CUPTI's record-buffer allocation and release do
+// on the cuda backend.
 //
 // Cost when no trace runs: one relaxed pointer load per enqueue (device_sink_/api_sink_).
 #include <sys/syscall.h>
@@ -73,6 +74,17 @@ ActivityStatus EmulatedBackend::activity_start(ActivitySink* sink, const Activit
 }
 
 void EmulatedBackend::activity_stop() noexcept {
+  // Disabling the device kinds and the forced flush that ends CUPTI's session free its record
+  // buffers: as "potentially unsafe" under the capture rules as allocating them was, so a
+  // global-mode capture on another thread is invalidated unless the caller is in relaxed mode
+  // (issue 28). The call itself cannot fail here (stop is noexcept, and CUPTI reports nothing
+  // to its caller): the invalidated capture is what shows, at its end.
+  if (device_sink_.load(std::memory_order_acquire) != nullptr) {
+    try {
+      check_unsafe_call("activity_stop (record buffers)");
+    } catch (...) {
+    }
+  }
   device_sink_.store(nullptr, std::memory_order_release);
   api_sink_.store(nullptr, std::memory_order_release);
 }
