@@ -12,7 +12,9 @@
 // argument layer (the Domain type, the keyword attributes, errors through args.hpp in torch's
 // style); a slow path here is `try { ... } catch (...) { return fast_path::raise_current(); }`
 // around it. Measured with bench/nvtx/bench_nvtx.py (emulated backend, this host's 2 cores):
-// moving the errors onto args.hpp left the fast paths' cost unchanged (see the commit).
+// moving the errors onto args.hpp left every case within noise (best of 7 x 200k, before /
+// after: push+pop 25/25 ns, mark 14/13, with range() 63/66, start+end 34/34, push+pop with
+// color/category/payload 62/61, domain= 41/42).
 //
 // range(msg, *args, **kwargs) formats msg with msg.format(*args, **kwargs) as torch does, but
 // skips the call when msg has no brace (then format() returns msg unchanged), and formats once
