@@ -31,6 +31,7 @@ from ._C._nvtx import (  # noqa: F401  (the public API: C functions, no Python w
     Domain,
     depth,
     mark,
+    name_category,
     range,
     range_end,
     range_pop,
@@ -48,20 +49,6 @@ global_domain = _nvtx.global_domain
 #: The "cudakit" domain. (No module ``__getattr__`` here: on CPython 3.11 it would disable the
 #: interpreter's fast path for ``cudakit.nvtx.<name>`` lookups, +35 ns per call measured.)
 cudakit_domain = _nvtx.cudakit_domain
-
-
-def name_category(category: int, name: str, domain=None) -> None:
-    """Names category id ``category`` for tools, in ``domain`` (default: the default domain)."""
-    if domain is None:
-        d = global_domain
-    elif isinstance(domain, Domain):
-        d = domain
-    elif isinstance(domain, str):
-        d = Domain(domain)
-    else:
-        raise TypeError(f"name_category(): domain must be a cudakit.nvtx.Domain, a str or None, "
-                        f"got {type(domain).__name__}")
-    d.name_category(category, name)
 
 
 def _decorate(rng, func):

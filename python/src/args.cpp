@@ -26,18 +26,6 @@ const char* kDtypeList =
 const char* kDeviceForms = "an int, 'cuda', 'cuda:N', a cudakit.Device, a torch.device or None";
 const char* kStreamForms = "a cudakit.Stream or an object with __cuda_stream__ / cuda_stream (torch) / ptr (CuPy)";
 
-// Runs a C++ parse and prefixes its ValueError with the argument it came from.
-template <class F>
-auto with_context(Arg a, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const ArgTypeError&) {
-    throw;
-  } catch (const ValueError& e) {
-    throw ValueError(where(a) + ": " + e.what());
-  }
-}
-
 }  // namespace
 
 std::string where(Arg a) { return std::string(a.fn) + "(): argument '" + a.name + "'"; }
@@ -58,6 +46,10 @@ void throw_type(Arg a, const std::string& expected, py::handle got) {
 }
 
 void throw_value(Arg a, const std::string& problem) { throw ValueError(where(a) + " " + problem); }
+
+void throw_call(const char* fn, const std::string& problem) {
+  throw ArgTypeError(std::string(fn) + "() " + problem);
+}
 
 // ---- numbers ----
 bool is_int(py::handle v) {

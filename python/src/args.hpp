@@ -50,6 +50,23 @@ std::string where(Arg a);
 std::string describe(py::handle value);
 [[noreturn]] void throw_type(Arg a, const std::string& expected, py::handle got);
 [[noreturn]] void throw_value(Arg a, const std::string& problem);  // where(a) + " " + problem
+// A call of the wrong shape to a hand-written CPython function (bind_nvtx.cpp, fast_path.hpp
+// users), in CPython's own words so it reads like any Python function's:
+// throw_call("mark", "takes 1 positional argument (msg) but 2 were given"). An ArgTypeError.
+[[noreturn]] void throw_call(const char* fn, const std::string& problem);
+
+// Runs a C++ parse (Device::parse, nvtx::Color::parse, ...) and prefixes its ValueError with
+// the argument it came from: "set_device(): argument 'device': Invalid device string ...".
+template <class F>
+auto with_context(Arg a, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ArgTypeError&) {
+    throw;
+  } catch (const ValueError& e) {
+    throw ValueError(where(a) + ": " + e.what());
+  }
+}
 
 // ---- numbers and flags ----
 // An int for Python: int or any object with __index__ (numpy integers), never bool or float.

@@ -249,7 +249,7 @@ CASES = [
     ("CUDAGraph-keep_graph-str", lambda o: ck.CUDAGraph(keep_graph="x"), TypeError,
      "CUDAGraph(): argument 'keep_graph'"),
     ("nvtx-name_category-str-id", lambda o: ck.nvtx.name_category("x", "y"), TypeError,
-     "argument 'category' must be an int id, got str"),
+     "argument 'category' must be an int id (name_category gives a name to a numeric id; for the id of a named category use Domain.category(name)"),
     ("set_rng_state-floats", lambda o: R.set_rng_state(np.full(16, 1.7)), TypeError, "of dtype float64"),
     ("set_rng_state_all-floats", lambda o: R.set_rng_state_all([np.full(16, 1.7)] * ck.device_count()),
      TypeError, "set_rng_state_all(): argument 'new_state'"),
