@@ -640,6 +640,7 @@ def test_a_capture_after_a_warm_up_on_its_stream_takes_its_own_cublas_workspace(
     a = ck.ones(64, 32, device="cuda")
     b = ck.ones(32, 16, device="cuda")
     s = ck.Stream()
+    s.wait_stream(ck.current_stream())  # a and b were made on the current stream
     with ck.stream(s):
         a @ b  # the warm-up: s has an eager workspace now
     gc.collect()
