@@ -131,5 +131,16 @@ or test_allocator_backend" NPROC=0 RUN_BUDGET=200 bash $TS/run.sh /tmp/ts26 > "$
       echo "## bench_profiler (C++, then Python)"; timeout 30 build-gpu/bench/bench_profiler
     } > "$OUT/bench.log" 2>&1
     grep -vE "^\s*$" "$OUT/bench.log" | tail -150 ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure" >&2; exit 2 ;;
+  final)  # ~450 s cold (seventh session's closing check, when ~600 s of device time are left):
+    # build, the whole cuda suite (short stress), then torch's test_memory_plots* /
+    # profiler_viz on cudakit's pool (the Python-stack fix) if time is left.
+    CUDAKIT_STRESS_SECONDS=3 STEPS="build cuda" SYNC_DEBUG_PASS=0 HANG_SECONDS=200 \
+      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    cat "$OUT/suite/summary.md"
+    grep -hE "^FAILED|\*\*\*Failed|Failure$|^\[  FAILED" "$OUT"/suite/test-cuda.log | sort -u | head -30
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda
+    TORCH_SUITE_K="test_memory_plots or test_memory_profiler_viz" MODES=plugin NPROC=0 RUN_BUDGET=60 \
+      bash .device-carry/torch-suite/run.sh /tmp/tsf > "$OUT/tsf.log" 2>&1
+    grep -hE "passed|failed" /tmp/tsf/plugin*.log 2>/dev/null | tail -3 ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final" >&2; exit 2 ;;
 esac
