@@ -103,9 +103,29 @@ def test_randint(dev):
         T.rand(3, dtype=T.int32)
 
 
+# normal_ on the device uses the SFU's sin/cos/log (issue 31: the exact functions cost the
+# throughput goal twice), so float32/16 normals agree with the CPU executor's (the emulated
+# backend's) within a few units in the last place, not bit for bit: same Philox words, same
+# Box-Muller formula, C library functions on the host (docs/performance.md, issue 31).
+# Uniform samples, and float64 normals, stay bit-identical.
+def _normals_close(h, d, dtype):
+    import numpy as np
+
+    h = h.astype(np.float64)
+    d = d.astype(np.float64)
+    if dtype == "float32":
+        tol = 1e-5 * np.abs(h) + 3e-4
+    else:  # two units in the last place of float16 (10 bits) / bfloat16 (7 bits)
+        bits = 10 if dtype == "float16" else 7
+        tol = np.ldexp(1.0, np.frexp(np.maximum(np.abs(h), 6.1e-5))[1] - bits) * 1.01
+    bad = np.abs(h - d) > tol
+    assert not bad.any(), (int(bad.sum()), h[bad][:5], d[bad][:5])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
-def test_host_and_device_generators_bit_identical(dev, dtype):
-    """The CPU executor (also the emulated backend's) and the device agree bit for bit."""
+def test_host_and_device_generators_agree(dev, dtype):
+    """The CPU executor (also the emulated backend's) and the device draw the same samples:
+    uniform ones and float64 normals bit for bit, float32/16 normals within a few ulps."""
     hg, dg = R.Generator("cpu"), R.Generator(dev)
     hg.manual_seed(11)
     dg.manual_seed(11)
@@ -114,7 +134,10 @@ def test_host_and_device_generators_bit_identical(dev, dtype):
         d = fn(4099, dtype=dtype, device=dev, generator=dg)
         if dtype == "bfloat16":  # numpy has no bfloat16: compare exactly via float32
             h, d = h.to(T.float32), d.to(T.float32)
-        assert h.numpy().tobytes() == d.cpu().numpy().tobytes()
+        if fn is T.randn and dtype != "float64" and cudakit.backend_name() != "emulated":
+            _normals_close(h.numpy(), d.cpu().numpy(), dtype)
+        else:
+            assert h.numpy().tobytes() == d.cpu().numpy().tobytes()
     assert hg.get_offset() == dg.get_offset()
 
 
@@ -123,20 +146,25 @@ import cudakit.random as R, cudakit.tensor as T, sys
 R.manual_seed(2025)
 a = T.randn(100003, dtype='float32').cpu().numpy().tobytes()
 b = T.rand(100003, dtype='float64').cpu().numpy().tobytes()
-sys.stdout.write((a + b).hex())
+sys.stdout.write(a.hex() + ' ' + b.hex())
 """
 
 
 @pytest.mark.gpu
-def test_gpu_matches_emulated_backend_bitwise(dev):
-    """Runs the same seeded sampling on the emulated backend in a subprocess and compares."""
+def test_gpu_matches_emulated_backend(dev):
+    """Runs the same seeded sampling on the emulated backend in a subprocess and compares:
+    float64 uniforms bit for bit, float32 normals within a few ulps (the SFU, see above)."""
     import os
     import subprocess
+
+    import numpy as np
 
     env = dict(os.environ, CUDAKIT_BACKEND="emulated")
     out = subprocess.run([sys.executable, "-c", _EMULATED_SCRIPT], env=env, capture_output=True,
                          text=True, check=True).stdout
     R.manual_seed(2025)
-    a = T.randn(100003, dtype="float32").cpu().numpy().tobytes()
+    a = T.randn(100003, dtype="float32").cpu().numpy()
     b = T.rand(100003, dtype="float64").cpu().numpy().tobytes()
-    assert (a + b).hex() == out
+    ea, eb = out.split(" ")
+    assert b.hex() == eb
+    _normals_close(np.frombuffer(bytes.fromhex(ea), dtype=np.float32), a, "float32")
