@@ -55,9 +55,7 @@ DeviceAllocator::~DeviceAllocator() {
     wait_for_pending_events(lock);
     release_cached(lock);
     lock.unlock();
-    for (const RetiredStream& r : retired_)
-      if (r.fence) spare_events_.push_back(r.fence);
-    retired_.clear();
+    drop_completed_fences(/*all=*/true);  // their events are destroyed with the spares
     for (detail::EventHandle e : spare_events_) backend_.event_destroy(e);
   } catch (...) {
   }

@@ -322,12 +322,10 @@ class DeviceAllocator {
     note_new_stream(stream);
   }
   void note_new_stream(detail::StreamHandle stream);
-  bool all_noted_streams_idle() noexcept;
-  // Whether the work queued on `stream` so far is done (false when not known); never asks
-  // the driver about a destroyed stream.
-  bool block_stream_idle(detail::StreamHandle stream) noexcept;
+  bool all_noted_streams_idle() noexcept;  // never asks the driver about a destroyed stream
   bool fence_done(std::size_t i) noexcept;  // retired_[i]
-  void drop_completed_fences(bool device_synchronized) noexcept;
+  // Drops the retired streams whose fence completed (all of them: `all`); events to spares.
+  void drop_completed_fences(bool all) noexcept;
 
   // ---- cudaMallocAsync backend (device_async.cpp) ----
   Block* malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,
@@ -407,6 +405,7 @@ class DeviceAllocator {
     detail::EventHandle fence;
   };
   std::vector<RetiredStream> retired_;  // under the locks
+  void recycle_fence(const RetiredStream& r);
   std::size_t total_memory_ = 0;
   std::size_t limit_ = SIZE_MAX;  // reserved-bytes cap from the memory fraction
   double fraction_ = 1.0;
@@ -485,8 +484,6 @@ inline Block* DeviceAllocator::split_at(Block* x, std::uintptr_t at) {
 DeviceAllocator& device_allocator(int device);
 // Allocators created so far (for empty_cache, delete of unknown pointers).
 std::vector<DeviceAllocator*> existing_allocators();
-// The allocator of `device` if it was created, else nullptr (never creates, never throws).
-DeviceAllocator* existing_device_allocator(int device) noexcept;
 // Destroyed streams are retired in every live allocator of their device (stream_retire.cpp):
 // the constructor and destructor register and unregister each one.
 void register_live_allocator(DeviceAllocator* a) noexcept;

@@ -320,7 +320,7 @@ void DeviceAllocator::release_expandable(Locked& lock) {
   }
   lock.lock();
   if (!synchronized) return;
-  drop_completed_fences(/*device_synchronized=*/true);
+  drop_completed_fences(/*all=*/true);  // the device finished everything
   for (BlockPool* pool : {&large_, &small_}) {
     for (Block* b : pool->blocks.blocks()) {
       if (!b->expandable || b->free_epoch > epoch) continue;

@@ -96,11 +96,6 @@ void apply_allocator_settings(const std::string& text) {
   for (const std::string& w : next.warnings) warn(w);
 }
 
-DeviceAllocator* existing_device_allocator(int device) noexcept {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  return g_allocators[device].load(std::memory_order_acquire);
-}
-
 std::vector<DeviceAllocator*> existing_allocators() {
   std::vector<DeviceAllocator*> out;
   for (auto& slot : g_allocators)

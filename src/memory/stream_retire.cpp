@@ -10,11 +10,10 @@
 //
 // A stream cudakit destroys is retired first (retire_stream, from the streams module's hook):
 // an event is recorded on it while the handle is valid and the stream leaves the noted list;
-// from then on the event is asked. A completed fence is dropped: a block tagged with a stream
-// that is neither noted nor fenced was noted once (every block's stream is, at malloc) and
-// has left through a completed fence or a driver that no longer knew the handle, so its work
-// is done. A handle the driver hands out again for a new stream is noted again and asked as
-// a stream (together with the old fence while that is pending).
+// from then on the event is asked, and dropped once complete (its work is done). A handle the
+// driver hands out again for a new stream is noted again; that stream first waits on the
+// device for the old one's pending fence (note_new_stream), since the free blocks tagged
+// with the handle now look like its own.
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -43,10 +42,10 @@ void DeviceAllocator::note_new_stream(detail::StreamHandle stream) {
       try {
         backend_.stream_wait_event(stream, retired_[i].fence);
       } catch (...) {
-        return;  // keep the fence: block_stream_idle still asks it
+        return;  // keep the fence: all_noted_streams_idle still asks it
       }
     }
-    if (retired_[i].fence) spare_events_.push_back(retired_[i].fence);
+    recycle_fence(retired_[i]);
     retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
     break;
   }
@@ -98,11 +97,15 @@ bool DeviceAllocator::fence_done(std::size_t i) noexcept {
   }
 }
 
-void DeviceAllocator::drop_completed_fences(bool device_synchronized) noexcept {
+void DeviceAllocator::recycle_fence(const RetiredStream& r) {
+  if (r.fence) spare_events_.push_back(r.fence);
+}
+
+void DeviceAllocator::drop_completed_fences(bool all) noexcept {
   std::size_t keep = 0;
   for (std::size_t i = 0; i < retired_.size(); ++i) {
-    if (device_synchronized || fence_done(i)) {
-      if (retired_[i].fence) spare_events_.push_back(retired_[i].fence);
+    if (all || fence_done(i)) {
+      recycle_fence(retired_[i]);
       continue;
     }
     retired_[keep++] = retired_[i];
@@ -112,32 +115,12 @@ void DeviceAllocator::drop_completed_fences(bool device_synchronized) noexcept {
 
 std::size_t DeviceAllocator::retired_streams_pending() {
   Locked lock(*this);
-  drop_completed_fences(/*device_synchronized=*/false);
+  drop_completed_fences(/*all=*/false);
   return retired_.size();
 }
 
-bool DeviceAllocator::block_stream_idle(detail::StreamHandle s) noexcept {
-  for (std::size_t i = 0; i < retired_.size(); ++i) {
-    if (retired_[i].stream != s) continue;
-    if (!fence_done(i)) return false;
-    if (retired_[i].fence) spare_events_.push_back(retired_[i].fence);
-    retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
-    break;
-  }
-  // A destroyed stream that left through its fence (or was never noted) is not asked.
-  if (s && std::find(noted_streams_.begin(), noted_streams_.end(), s) == noted_streams_.end())
-    return true;
-  try {
-    if (s) return backend_.stream_query(s);
-    DeviceGuard guard(device_);
-    return backend_.stream_query(s);
-  } catch (...) {
-    return false;
-  }
-}
-
 bool DeviceAllocator::all_noted_streams_idle() noexcept {
-  drop_completed_fences(/*device_synchronized=*/false);
+  drop_completed_fences(/*all=*/false);
   if (!retired_.empty()) return false;  // a destroyed stream's work is still running
   // Querying a capturing stream would invalidate its capture (a capture begun outside
   // cudakit's graphs, e.g. a raw cuStreamBeginCapture, routes nothing), so the created

@@ -31,6 +31,13 @@ bool emulated() { return std::string(detail::backend().name()) == "emulated"; }
 DeviceAllocator make(const std::string& conf = "") {
   return DeviceAllocator(0, detail::backend(), AllocatorConfig::parse(conf));
 }
+
+// Makes `s` busy (a host task that stands for a kernel) until `release` is set.
+void keep_busy_until(std::atomic<bool>& release, Stream& s) {
+  s.launch_host_func([&release] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+}
 }  // namespace
 
 TEST(MemoryAllocator, AllocationContractRoundTrip) {
@@ -115,9 +122,7 @@ TEST(MemoryAllocator, ExpandableSegmentsMovePagesOfIdleStreams) {
   std::atomic<bool> release{false};
   auto* b = a.malloc(64 * kMiB, s1.handle());
   const auto lo = b->ptr, hi = b->ptr + b->size;
-  s1.launch_host_func([&] {
-    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
+  keep_busy_until(release, s1);
   a.free(reinterpret_cast<void*>(lo));  // s1's queued work may still use it
   auto* c = a.malloc(64 * kMiB, s2.handle());  // over the budget: pages would move
   EXPECT_TRUE(c->ptr + c->size <= lo || c->ptr >= hi);
@@ -145,9 +150,7 @@ TEST(MemoryAllocator, ExpandablePagesStayWhileAnotherStreamMayReadThem) {
   auto* b = a.malloc(64 * kMiB, s1.handle());  // made on s1 (idle from now on)
   const auto lo = b->ptr, hi = b->ptr + b->size;
   auto* own = a.malloc(2 * kMiB, reader.handle());  // the reader allocates its own outputs
-  reader.launch_host_func([&] {  // stands for a kernel on `reader` that reads b
-    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
+  keep_busy_until(release, reader);  // stands for a kernel on `reader` that reads b
   a.free(reinterpret_cast<void*>(lo));  // freed on its (idle) stream, no record_stream
   auto* c = a.malloc(64 * kMiB, s3.handle());  // pages would move here
   EXPECT_TRUE(c->ptr + c->size <= lo || c->ptr >= hi);
@@ -179,9 +182,7 @@ TEST(MemoryAllocator, ADestroyedBusyStreamsPagesStayUntilItsWorkIsDone) {
     auto* b = a.malloc(64 * kMiB, doomed.handle());
     lo = b->ptr;
     hi = b->ptr + b->size;
-    doomed.launch_host_func([&] {  // still running after the stream is destroyed
-      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    });
+    keep_busy_until(release, doomed);  // still running after the stream is destroyed
     a.free(reinterpret_cast<void*>(lo));
   }  // ~Stream: retired (fence recorded), then destroyed
   Stream other(0);
@@ -220,9 +221,7 @@ TEST(MemoryAllocator, RecordStreamDefersReuse) {
   auto* b = a.malloc(1024, s1.handle());
   const auto p = b->ptr;
   std::atomic<bool> release{false};
-  s2.launch_host_func([&] {
-    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
+  keep_busy_until(release, s2);
   ASSERT_TRUE(a.record_stream(reinterpret_cast<void*>(p), s2.handle()));
   a.free(reinterpret_cast<void*>(p));
   auto st = a.stats();
