@@ -142,5 +142,24 @@ or test_allocator_backend" NPROC=0 RUN_BUDGET=200 bash $TS/run.sh /tmp/ts26 > "$
     TORCH_SUITE_K="test_memory_plots or test_memory_profiler_viz" MODES=plugin NPROC=0 RUN_BUDGET=60 \
       bash .device-carry/torch-suite/run.sh /tmp/tsf > "$OUT/tsf.log" 2>&1
     grep -hE "passed|failed" /tmp/tsf/plugin*.log 2>/dev/null | tail -3 ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final" >&2; exit 2 ;;
+  record)  # ~560 s warm, after `suite` (eighth session): PyTorch's test_cuda.py natively and on
+    # cudakit (both at once), the sync-debug pytest pass and issue 27's trace recording, all
+    # side by side (16 cores; the traces carry torch's own peaks, so sharing the GPU does not
+    # change them). The traces come back as a tar in 15 MB pieces.
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    TS=.device-carry/torch-suite
+    ( MODES=native NPROC=4 RUN_BUDGET=250 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+    ( MODES=plugin NPROC=4 RUN_BUDGET=250 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+    ( CUDAKIT_TEST_SYNC_DEBUG=error timeout 330 python3 -m pytest -q -ra -p no:cacheprovider \
+        tests/python > "$OUT/syncdebug.log" 2>&1 ) &
+    ( mkdir -p /tmp/tr; env -u PYTHONPATH timeout 400 python3 bench/memory/record_torch_trace.py --all /tmp/tr \
+        --budget 12 --timeout 45 --total 380 > "$OUT/record.log" 2>&1 ) &
+    wait
+    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml \
+        tsp/plugin.parallel.jsonl tsp/plugin.serial.jsonl 2>/dev/null
+    tar cf - -C /tmp/tr . | split -b 15M -d - "$OUT/traces.tar."
+    tail -3 "$OUT/syncdebug.log"; grep -E "^(FAILED|ERROR)" "$OUT/syncdebug.log" | head -20
+    grep -E "^(design|holdout|SKIP)" "$OUT/record.log" | cut -c1-150; head -40 "$OUT/torch_suite.txt" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record" >&2; exit 2 ;;
 esac

@@ -118,6 +118,14 @@ void CUDAGraph::Impl::fire_destroy() noexcept {
     }
     for (const StreamRef& s : streams) {
       try {
+        // A replay stream that is capturing now (another graph, perhaps on another thread:
+        // the garbage collector can destroy this one anywhere) is skipped: an event recorded
+        // there would join that capture, and waiting on it would invalidate the capture.
+        // The replays queued before that capture began are ordered before everything the
+        // new graph does; they are not waited for here.
+        if (s.handle() &&
+            be().stream_capture_status(s.handle(), nullptr) != detail::CaptureStatus::none)
+          continue;
         // Through an event, which the sync debug mode does not report (as torch): a reported
         // Stream.synchronize would throw under "error" and skip the wait the caller asked for.
         Event done;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
 #include "instrument/stream_lifetime.hpp"
 #include "memory/device_allocator.hpp"
@@ -122,10 +123,21 @@ std::size_t DeviceAllocator::retired_streams_pending() {
 bool DeviceAllocator::all_noted_streams_idle() noexcept {
   drop_completed_fences(/*all=*/false);
   if (!retired_.empty()) return false;  // a destroyed stream's work is still running
-  // Querying a capturing stream would invalidate its capture (a capture begun outside
-  // cudakit's graphs, e.g. a raw cuStreamBeginCapture, routes nothing), so the created
-  // streams' capture states are asked first (the legacy stream is not asked: that is itself
-  // an error during a capture).
+  // No stream is asked while a capture of cudakit's graphs is live on any thread: querying
+  // its stream, or the legacy stream while a blocking stream captures, invalidates that
+  // capture whatever its mode (the H200 run of test_traces_beside_16_graph_threads lost a
+  // thread_local capture to CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the status checks and
+  // the queries were separate steps and a capture began between them). The capture gate
+  // (core/capture_gate.hpp) keeps one from beginning until the queries are done. try_lock:
+  // capture_begin holds the gate while it takes this allocator's lock (its pool route), so
+  // waiting for the gate here, under that lock, could deadlock; a busy gate means a capture
+  // is beginning, and then the answer is "not idle" anyway.
+  std::unique_lock<std::mutex> gate(detail::capture_start_mutex(), std::try_to_lock);
+  if (!gate.owns_lock() || detail::live_captures() != 0) return false;
+  // A capture begun outside cudakit's graphs (a raw cuStreamBeginCapture) is not counted: the
+  // created streams' capture states are asked before any stream is queried (the legacy stream
+  // cannot capture, and asking it about capture while a blocking stream captures is itself
+  // an error).
   for (detail::StreamHandle s : noted_streams_) {
     if (!s) continue;
     try {
