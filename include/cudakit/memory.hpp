@@ -412,9 +412,11 @@ void close_pool(const PoolView& view);
 // ---- history and snapshots ----
 // torch.cuda.memory._record_memory_history: enabled = nullopt (off), "state" or "all";
 // context = "state" | "alloc" | "all" | "" (none); stacks = "python" | "cpp" | "all".
+// As torch: switching history off drops the recorded trace; switching it on again, or
+// changing the settings while on, keeps what was recorded unless clear_history is true.
 void record_memory_history(std::optional<std::string> enabled = std::string("all"),
                            const std::string& context = "all", const std::string& stacks = "all",
-                           std::size_t max_entries = SIZE_MAX);
+                           std::size_t max_entries = SIZE_MAX, bool clear_history = false);
 // The allocator state in torch's snapshot format ({"segments", "device_traces",
 // "allocator_settings"}) as JSON; `pool` restricts segments to one MemPool.
 std::string memory_snapshot_json(std::optional<MempoolId> pool = std::nullopt);

@@ -348,7 +348,8 @@ def record_history(enabled: Any = "all", context: Any = "all", stacks: str = "al
         _history["cleared_before_us"] = time.time_ns() // 1000
     if len(extras) >= 6 and extras[5] is False:
         return  # record_cuda=False: device history not wanted
-    _C._mem_record_history(enabled, context, stacks, min(int(max_entries), 2**63 - 1))
+    _C._mem_record_history(enabled, context, stacks, min(int(max_entries), 2**63 - 1),
+                           bool(extras and extras[0]))
     _history["enabled"] = enabled is not None
     if enabled is not None:
         skip = extras[3] if len(extras) >= 4 else None

@@ -227,13 +227,15 @@ def _ipc_close(mem_ptr: int) -> None:
 
 def _record_memory_history(enabled: str | None = "all", context: str | None = "all",
                            stacks: str = "all", max_entries: int = 2**63 - 1, device: Any = None,
-                           **_ignored: Any) -> None:
-    """Record allocation history (torch.cuda.memory._record_memory_history)."""
+                           clear_history: bool = False, **_ignored: Any) -> None:
+    """Record allocation history (torch.cuda.memory._record_memory_history). As torch:
+    ``enabled=None`` stops recording and drops the trace; enabling again, or changing
+    ``context`` / ``stacks`` while recording, keeps the trace unless ``clear_history``."""
     if enabled is True:
         enabled = "all"
     elif enabled is False:
         enabled = None
-    _C._mem_record_history(enabled, context, stacks, max_entries)
+    _C._mem_record_history(enabled, context, stacks, max_entries, clear_history)
 
 
 def _snapshot(device: Any = None, mempool_id: tuple[int, int] | None = None) -> dict[str, Any]:

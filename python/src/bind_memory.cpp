@@ -299,16 +299,19 @@ void bind(py::module_& m) {
   m.def("_mem_snapshot_json", [](py::handle pool) {
     return memory_snapshot_json(pool_id_arg(pool, Arg{"memory_snapshot", "mempool_id"}));
   }, py::arg("pool") = py::none());
-  m.def("_mem_record_history", [](py::handle enabled, py::handle context, py::handle stacks, py::handle max_entries) {
+  m.def("_mem_record_history", [](py::handle enabled, py::handle context, py::handle stacks,
+                                  py::handle max_entries, py::handle clear_history) {
     const char* fn = "_record_memory_history";
     std::optional<std::string> en;
     if (!enabled.is_none()) en = to_string(enabled, Arg{fn, "enabled"});
     std::string ctx = context.is_none() ? std::string() : to_string(context, Arg{fn, "context"});
     std::string st = to_string(stacks, Arg{fn, "stacks"});
     std::size_t max = to_size(max_entries, Arg{fn, "max_entries"});
+    const bool clear = to_bool(clear_history, Arg{fn, "clear_history"});
     set_python_stack_hooks(&capture_python_stack, &symbolize_python_frame);
-    record_memory_history(en, ctx, st, max);
-  }, py::arg("enabled"), py::arg("context"), py::arg("stacks"), py::arg("max_entries"));
+    record_memory_history(en, ctx, st, max, clear);
+  }, py::arg("enabled"), py::arg("context"), py::arg("stacks"), py::arg("max_entries"),
+     py::arg("clear_history") = false);
   m.def("_mem_ipc_collect", &ipc_collect, py::call_guard<py::gil_scoped_release>());
   m.def("_mem_ipc_export", [](std::uintptr_t p) {
     IpcMemHandle h = ipc_export(reinterpret_cast<void*>(p));

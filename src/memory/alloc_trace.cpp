@@ -46,6 +46,9 @@ void AllocTrace::record(TraceAction action, std::uintptr_t addr, std::size_t siz
       const bool own = action == kActionFreeRequested ? own_call : own_completed;
       shown = own ? op_stack() : b->stack;
     }
+    // With context "state" the stacks stay on the blocks: no trace entry shows one (torch's
+    // record_trace drops the context below "alloc"; test_memory_plots_free_stack checks it).
+    if (level < kContextAlloc) shown = nullptr;
   } else if (level >= kContextAlloc) {  // segment_* / oom: the stack of the call causing it
     shown = op_stack();
   }

@@ -12,6 +12,10 @@
 namespace cudakit::memory {
 
 void DeviceAllocator::empty_cache() {
+  // The call's stack, for the segment_free entries of history with context "all" (torch's
+  // show empty_cache's frames there); captured before any lock, as malloc and free do.
+  PendingStack pending;
+  PendingScope scope(pending, __builtin_frame_address(0), /*is_free=*/true, 0);
   Locked lock(*this);
   quick_flush();
   // While a capture or use_mem_pool routes allocations (torch's captures_underway), events

@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <unwind.h>
 
 #include <algorithm>
 #include <chrono>
@@ -147,6 +148,37 @@ inline int walk_from(void** out, int max, std::uintptr_t entry) noexcept {
 // backtrace() (which unwinds with DWARF tables).
 int walk_frames(void** out, int max, std::uintptr_t entry) { return walk_from(out, max, entry); }
 
+thread_local bool t_foreign_caller = false;
+
+namespace {
+struct UnwindWalk {
+  void** out;
+  int max;
+  int n;
+  std::uintptr_t entry_cfa;  // the entry function's own canonical frame address
+};
+
+_Unwind_Reason_Code unwind_step(_Unwind_Context* ctx, void* arg) {
+  auto* w = static_cast<UnwindWalk*>(arg);
+  // Frames at or below the entry's (the allocator's own, and this walk's) are skipped: the
+  // first frame kept is the entry's caller, at its return address, as walk_from's first.
+  if (_Unwind_GetCFA(ctx) <= w->entry_cfa) return _URC_NO_REASON;
+  const auto ip = static_cast<std::uintptr_t>(_Unwind_GetIP(ctx));
+  if (ip == 0) return _URC_END_OF_STACK;
+  w->out[w->n++] = reinterpret_cast<void*>(ip);
+  return w->n == w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+// ForeignCallerScope's walk: the caller chain from the DWARF unwind tables (.eh_frame, in
+// every x86-64 object whatever its frame-pointer setting). The entry function keeps a frame
+// pointer (libcudakit is built with -fno-omit-frame-pointer), so its CFA is entry + 16.
+int unwind_from(void** out, int max, std::uintptr_t entry) noexcept {
+  UnwindWalk w{out, max, 0, entry + 2 * sizeof(void*)};
+  _Unwind_Backtrace(&unwind_step, &w);
+  return w.n;
+}
+}  // namespace
+
 const char* action_name(TraceAction a) noexcept {
   switch (a) {
     case kActionAlloc: return "alloc";
@@ -179,10 +211,12 @@ void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& lin
 }
 
 void record_memory_history(const char* enabled, const char* context, const char* stacks,
-                           std::size_t max_entries) {
+                           std::size_t max_entries, bool clear_history) {
   Settings& s = settings();
   std::lock_guard lock(s.mutex);
   if (!enabled) {
+    // torch clears its trace when history goes off: the next recording starts empty.
+    if (g_history_enabled.load()) g_hot.generation.fetch_add(1);
     g_history_enabled.store(false);
     return;
   }
@@ -203,19 +237,26 @@ void record_memory_history(const char* enabled, const char* context, const char*
   h.cpp_stacks = st == "cpp" || st == "all";
   h.py_stacks = st == "python" || st == "all";
   h.max_entries = max_entries ? max_entries : SIZE_MAX;
-  s.steady0 = steady_ns();
-  s.wall0 = wall_us();
-  s.ticks0 = now_ticks();
-  h.generation.fetch_add(1);
+  // Changing the settings while on keeps the trace recorded so far (torch's
+  // test_memory_plots_history_context switches context off and on between allocations and
+  // expects the first allocation's stack in the snapshot), and its time base with it.
+  const bool fresh = !g_history_enabled.load();
+  if (fresh || clear_history) {
+    s.steady0 = steady_ns();
+    s.wall0 = wall_us();
+    s.ticks0 = now_ticks();
+  }
+  if (clear_history) h.generation.fetch_add(1);
   g_history_enabled.store(true);
 }
 
 void capture_stack_slow(CapturedStack& out, const void* entry_frame, bool is_free) {
   HotSettings& s = g_hot;
   out.is_free = is_free;
-  out.depth = s.cpp_stacks.load(std::memory_order_relaxed)
-                  ? walk_from(out.pc, kMaxStackFrames, reinterpret_cast<std::uintptr_t>(entry_frame))
-                  : 0;
+  const auto entry = reinterpret_cast<std::uintptr_t>(entry_frame);
+  out.depth = !s.cpp_stacks.load(std::memory_order_relaxed) ? 0
+              : t_foreign_caller ? unwind_from(out.pc, kMaxStackFrames, entry)
+                                 : walk_from(out.pc, kMaxStackFrames, entry);
   out.py.clear();
   if (s.py_stacks.load(std::memory_order_relaxed)) {
     // The frames go into this thread's spare buffer (returned by PendingScope), so a call

@@ -119,8 +119,10 @@ const char* action_name(TraceAction a) noexcept;
 
 // enabled: None/"state"/"all" as torch (nullptr = off); context: "state"|"alloc"|"all"|"";
 // stacks: "python"|"cpp"|"all"; max_entries: ring size per device (0 = unbounded).
+// Off drops the trace (the rings clear at their next event, and snapshots show none); on
+// keeps it unless clear_history (torch's recordHistory).
 void record_memory_history(const char* enabled, const char* context, const char* stacks,
-                           std::size_t max_entries);
+                           std::size_t max_entries, bool clear_history = false);
 
 // Which stacks are kept (torch's `context`): 0 none, 1 "state" (live blocks only),
 // 2 "alloc" (also alloc trace entries), 3 "all" (also free entries, with the free's stack).
@@ -133,7 +135,7 @@ struct HotSettings {
   std::atomic<int> context{kContextNone};
   std::atomic<bool> cpp_stacks{false}, py_stacks{false};
   std::atomic<std::size_t> max_entries{SIZE_MAX};
-  std::atomic<std::uint64_t> generation{0};  // bumped on enable: recorders clear their rings
+  std::atomic<std::uint64_t> generation{0};  // bumped on off / clear: recorders clear their rings
 };
 extern constinit HotSettings g_hot;
 inline int history_context_level() noexcept {
@@ -183,6 +185,32 @@ inline void capture_stack(CapturedStack& out, const void* entry_frame, bool is_f
   out.valid = level >= (is_free ? kContextAll : kContextState);
   if (out.valid) capture_stack_slow(out, entry_frame, is_free);
 }
+
+// Entry points that code built without frame pointers calls (torch's and CuPy's plug-in hooks,
+// the C plug-in cudakit_malloc) mark the call: a frame-pointer walk stops at the first such
+// frame, so torch's C++ stacks (stacks="all": at::native::rand, the frames torch's own
+// test_memory_plots looks for) would end at the hook. Marked calls unwind with the DWARF
+// tables instead (_Unwind_Backtrace, a few µs for 32 frames: torch's own unwinder costs as
+// much); cudakit's own callers keep the ~20 ns walk. Set only while history records (no
+// thread_local access on the plug-in's hot path otherwise).
+extern thread_local bool t_foreign_caller;
+class ForeignCallerScope {
+ public:
+  ForeignCallerScope() noexcept {
+    if (history_enabled()) [[unlikely]] {
+      t_foreign_caller = true;
+      set_ = true;
+    }
+  }
+  ~ForeignCallerScope() {
+    if (set_) [[unlikely]] t_foreign_caller = false;
+  }
+  ForeignCallerScope(const ForeignCallerScope&) = delete;
+  ForeignCallerScope& operator=(const ForeignCallerScope&) = delete;
+
+ private:
+  bool set_ = false;
+};
 
 // The frame-pointer walk behind capture_stack: return addresses of the calling thread's
 // frames at and above frame address `entry`, innermost first (also used by the stream
@@ -303,9 +331,9 @@ class HistoryRecorder {
       last_ = &ring_.emplace_back(Slot{addr, size, stream, ticks, tagged | action});
       return true;
     }
-    // Full (the steady state). A smaller max_entries arrives with a new generation, which
-    // clears the ring at the next event; a racing entry in between overwrites in place,
-    // which is still correct.
+    // Full (the steady state). A smaller max_entries set while recording keeps the larger
+    // ring (the trace is kept, as torch's) and traces() shows only the newest max_entries;
+    // a racing entry in between overwrites in place, which is still correct.
     Slot& old = ring_[next_];
     StackRecord* dropped = old.stack();
     old = Slot{addr, size, stream, ticks, tagged | action};

@@ -223,9 +223,10 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
 
 namespace cudakit {
 void record_memory_history(std::optional<std::string> enabled, const std::string& context,
-                           const std::string& stacks, std::size_t max_entries) {
+                           const std::string& stacks, std::size_t max_entries,
+                           bool clear_history) {
   memory::record_memory_history(enabled ? enabled->c_str() : nullptr, context.c_str(),
-                                stacks.c_str(), max_entries);
+                                stacks.c_str(), max_entries, clear_history);
 }
 std::string memory_snapshot_json(std::optional<MempoolId> pool) {
   return memory::snapshot_json(pool);

@@ -14,6 +14,7 @@
 
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
+#include "memory/history.hpp"
 #include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
 
@@ -137,6 +138,7 @@ void mark_used() noexcept {
 void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
   mark_used();
   if (size == 0) return nullptr;  // torch frees a null pointer of a 0-byte allocation again
+  memory::ForeignCallerScope foreign;  // C++ stacks through libtorch's frames (history.hpp)
   try {
     // Some torch versions declare alloc_fn's device as c10::DeviceIndex (int8_t) and call
     // through that type: only the low byte is then defined. Device indices fit in it.
@@ -161,6 +163,7 @@ void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
 
 void hook_free(void* ptr, std::size_t, int device, CUstream_st*) {
   if (!ptr || detail::is_shutting_down()) return;
+  memory::ForeignCallerScope foreign;
   try {
     if (auto report = profiler_reporter()) [[unlikely]] {
       if (const auto info = allocation_info(ptr)) {

@@ -13,6 +13,7 @@
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
+#include "cudakit/plugin.hpp"
 #include "cudakit/python_stacks.hpp"
 #include "hang_watchdog.hpp"
 
@@ -232,7 +233,7 @@ TEST(MemoryHistory, ReenablingKeepsCachedStacksConsistent) {
   EXPECT_EQ(blocks, kPerRound);
   for (void* p : live) caching_allocator_delete(p);
   // And recording still works after all that.
-  record_memory_history("all", "all", "cpp", 1000);
+  record_memory_history("all", "all", "cpp", 1000, /*clear_history=*/true);
   void* last = history_site<0>(4096);
   history_free_site(last);
   const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(last));
@@ -259,7 +260,10 @@ TEST(MemoryHistory, RingKeepsTheNewestEntriesAndReenableClears) {
     EXPECT_GE(e["time_us"].get<double>(), prev);
     prev = e["time_us"].get<double>();
   }
+  // As torch: new settings while recording keep the trace, clear_history drops it.
   record_memory_history("all", "all", "cpp", 10);
+  EXPECT_EQ(traces().size(), 10u);
+  record_memory_history("all", "all", "cpp", 10, /*clear_history=*/true);
   EXPECT_TRUE(traces().empty());
 }
 
@@ -417,4 +421,107 @@ TEST(MemoryHistory, StateModeBlockOnNewSegmentKeepsPythonFrames) {
   void* p = caching_allocator_alloc(64 << 20);
   EXPECT_TRUE(block_has_python_frames(json::parse(memory_snapshot_json()), p));
   caching_allocator_delete(p);
+}
+
+// torch's recordHistory (test_memory_plots_history_context): switching the context off and on
+// while recording keeps what was recorded, with each entry's stack as it was recorded; off
+// drops the trace, and the next recording starts empty.
+TEST(MemoryHistory, SettingsChangedWhileRecordingKeepTheTraceAndOffDropsIt) {
+  HistoryOff off;
+  record_memory_history(std::nullopt);
+  record_memory_history("all", "all", "cpp", 1000);
+  void* first = history_site<0>(4096);
+  record_memory_history("all", "", "cpp", 1000);  // context None
+  void* second = history_site<1>(8192);
+  record_memory_history("all", "all", "cpp", 1000);
+  void* third = history_site<2>(12288);
+  const json tr = traces();
+  const auto e1 = entries_for(tr, reinterpret_cast<std::uintptr_t>(first));
+  const auto e2 = entries_for(tr, reinterpret_cast<std::uintptr_t>(second));
+  const auto e3 = entries_for(tr, reinterpret_cast<std::uintptr_t>(third));
+  ASSERT_EQ(e1.size(), 1u);
+  ASSERT_EQ(e2.size(), 1u);
+  ASSERT_EQ(e3.size(), 1u);
+  EXPECT_TRUE(mentions(names(e1[0]), "history_site<0>")) << ::testing::PrintToString(names(e1[0]));
+  EXPECT_TRUE(names(e2[0]).empty());
+  EXPECT_TRUE(mentions(names(e3[0]), "history_site<2>"));
+  for (void* p : {first, second, third}) caching_allocator_delete(p);
+  record_memory_history(std::nullopt);
+  EXPECT_TRUE(traces().empty());
+  record_memory_history("all", "all", "cpp", 1000);
+  EXPECT_TRUE(traces().empty());
+  void* p = caching_allocator_alloc(4096);
+  caching_allocator_delete(p);
+  EXPECT_EQ(entries_for(traces(), reinterpret_cast<std::uintptr_t>(p)).size(), 3u);
+}
+
+// context "state": stacks are kept for live blocks only; no trace entry shows one (torch's
+// test_memory_plots_free_stack: the allocating function is not in the snapshot once freed).
+TEST(MemoryHistory, StateContextTraceEntriesCarryNoStacks) {
+  HistoryOff off;
+  record_memory_history("all", "state", "cpp", 1000);
+  void* p = history_site<3>(4096);
+  caching_allocator_delete(p);
+  const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(p));
+  ASSERT_EQ(es.size(), 3u);
+  for (const json& e : es) EXPECT_TRUE(names(e).empty()) << e.dump();
+}
+
+__attribute__((noinline)) void history_empty_cache_site() {
+  empty_cache();
+  asm volatile("" ::: "memory");
+}
+
+// context "all": the segment_free entries of empty_cache() show the call's own stack
+// (torch's test_memory_plots_free_segment_stack); with "alloc" they do not.
+TEST(MemoryHistory, EmptyCacheSegmentFreesShowTheCallersStackWithContextAll) {
+  HistoryOff off;
+  for (const char* context : {"all", "alloc"}) {
+    empty_cache();
+    record_memory_history("all", context, "cpp", 1000, /*clear_history=*/true);
+    void* p = caching_allocator_alloc(3 << 20);
+    caching_allocator_delete(p);
+    history_empty_cache_site();
+    int segment_frees = 0, with_site = 0;
+    for (const json& e : traces()) {
+      // segment_unmap: expandable segments give pages back instead of segments
+      if (e["action"] != "segment_free" && e["action"] != "segment_unmap") continue;
+      ++segment_frees;
+      with_site += mentions(names(e), "history_empty_cache_site");
+    }
+    EXPECT_GE(segment_frees, 1) << context;
+    EXPECT_EQ(with_site, std::string(context) == "all" ? segment_frees : 0) << context;
+  }
+}
+
+// Built without frame pointers, as libtorch is: the frame-pointer chain skips them.
+__attribute__((noinline, optimize("omit-frame-pointer"))) void* no_frame_pointer_inner(
+    std::size_t n) {
+  void* p = torch_allocator_hooks().malloc(n, 0, nullptr);
+  asm volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline, optimize("omit-frame-pointer"))) void* no_frame_pointer_outer(
+    std::size_t n) {
+  void* p = no_frame_pointer_inner(n);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+// torch's test_memory_plots with stacks="all" looks for its own C++ frames (at::...::rand)
+// in the snapshot: allocations through the plug-in hooks unwind with the DWARF tables, so the
+// callers' frames are there although they keep no frame pointer.
+TEST(MemoryHistory, PluginAllocationsUnwindThroughCallersWithoutFramePointers) {
+  HistoryOff off;
+  record_memory_history("all", "all", "cpp", 1000, /*clear_history=*/true);
+  void* p = no_frame_pointer_outer(4096);
+  const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(p));
+  ASSERT_GE(es.size(), 1u);
+  const auto frames = names(es[0]);
+  EXPECT_TRUE(mentions(frames, "no_frame_pointer_inner")) << ::testing::PrintToString(frames);
+  EXPECT_TRUE(mentions(frames, "no_frame_pointer_outer")) << ::testing::PrintToString(frames);
+  EXPECT_TRUE(mentions(frames, "PluginAllocationsUnwindThroughCallersWithoutFramePointers"))
+      << ::testing::PrintToString(frames);
+  EXPECT_FALSE(mentions(frames, "DeviceAllocator::malloc")) << ::testing::PrintToString(frames);
+  torch_allocator_hooks().free(p, 4096, 0, nullptr);
 }

@@ -1,5 +1,6 @@
 """cudakit.memory: torch.cuda.memory's names and behaviour on the current backend."""
 import gc
+import json
 import multiprocessing
 import os
 import pickle
@@ -306,6 +307,81 @@ def test_snapshot_history_and_pickle(tmp_path):
     assert "segments" in loaded and "device_traces" in loaded
     mem._dump_snapshot(str(tmp_path / "snap.json"))
     assert (tmp_path / "snap.json").stat().st_size > 10
+
+
+# torch's own test_memory_plots_* (test/test_cuda.py), written against cudakit's API: what is
+# in the snapshot under each `context`, and which history switches keep the trace.
+@pytest.mark.parametrize("context", ["alloc", "all", "state"])
+def test_history_context_decides_which_functions_appear(context):
+    mem.empty_cache()
+    mem._record_memory_history(context=context)
+    try:
+        x = None
+
+        def thealloc():
+            nonlocal x
+            x = cudakit.rand(3, 4, device="cuda")
+
+        def thefree():
+            nonlocal x
+            del x
+
+        thealloc()
+        thefree()
+        text = json.dumps(mem._snapshot())
+        assert ("thefree" in text) == (context == "all")
+        assert ("thealloc" in text) == (context != "state")
+    finally:
+        mem._record_memory_history(None)
+
+
+@pytest.mark.parametrize("context", ["alloc", "all", "state"])
+def test_the_releasing_calls_stack_is_on_segment_frees_with_context_all(context):
+    mem.empty_cache()
+    mem._record_memory_history(context=context)
+    try:
+        x = cudakit.rand(3, 4, device="cuda")
+        del x
+        mem.empty_cache()
+        text = json.dumps(mem._snapshot())
+        assert ("empty_cache" in text) == (context == "all")
+    finally:
+        mem._record_memory_history(None)
+
+
+def test_history_settings_changed_while_recording_keep_the_trace():
+    mem.empty_cache()
+    x = None
+
+    def should_capture1():
+        nonlocal x
+        x = cudakit.rand(4, 4, device="cuda")
+
+    def should_not_capture():
+        nonlocal x
+        x = cudakit.rand(3, 4, device="cuda")
+
+    def should_capture2():
+        nonlocal x
+        x = cudakit.rand(4, 4, device="cuda")
+
+    try:
+        mem._record_memory_history(context="all", stacks="python")
+        should_capture1()
+        mem._record_memory_history(context=None)
+        should_not_capture()
+        mem._record_memory_history(context="all", stacks="python")
+        should_capture2()
+        text = json.dumps(mem._snapshot())
+        assert "should_capture1" in text
+        assert "should_not_capture" not in text
+        assert "should_capture2" in text
+        mem._record_memory_history(context="all", stacks="python", clear_history=True)
+        assert mem._snapshot()["device_traces"] in ([], [[]]) or \
+            all(not t for t in mem._snapshot()["device_traces"])
+    finally:
+        mem._record_memory_history(None)
+    assert all(not t for t in mem._snapshot()["device_traces"])  # off drops the trace
 
 
 def test_host_stats():
