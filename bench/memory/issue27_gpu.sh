@@ -5,7 +5,7 @@
 #    boundary test under compute-sanitizer memcheck (#196209);
 # 2. the issue-27 table (replay_table.py) on the cuda backend with replay times of cudakit's
 #    default against torch's default mode (--time; torch in the same run).
-# TRACES_DIR: the recorded traces (/work/shared/traces/issue27 plus the repository's). One
+# TRACES_DIR: the recorded traces (bench/memory/traces/issue27: 20 real workloads). One
 # half per call keeps a call under the device tool's 10 minutes.
 set -uo pipefail
 TR=${1:?usage: issue27_gpu.sh TRACES_DIR OUTDIR [design|holdout|all]}
