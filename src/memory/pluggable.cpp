@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
+#include <utility>
 
 #include "cudakit/error.hpp"
 
@@ -43,6 +45,21 @@ PluggedAllocator::PluggedAllocator(AllocFn alloc, FreeFn free, std::string name)
 
 PluggedAllocator::~PluggedAllocator() = default;  // never dlclose: pointers may outlive us
 
+namespace {
+struct PluggedCall {
+  int depth = 0;
+  bool reentered = false;
+};
+thread_local PluggedCall t_plugged_call;
+}  // namespace
+
+bool refuse_reentry_from_plugged_allocator() noexcept {
+  PluggedCall& c = t_plugged_call;
+  if (c.depth == 0) return false;
+  c.reentered = true;
+  return true;
+}
+
 void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHandle stream) {
   if (bytes == 0) return nullptr;
   // The C ABI takes a signed size: a larger request would reach the plug-in as negative.
@@ -54,7 +71,27 @@ void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHa
                            std::to_string(device) + " is more than any device holds (check the "
                            "size computation)", device, bytes);
   }
-  void* p = alloc_(static_cast<ssize_t>(bytes), device, stream);
+  PluggedCall& call = t_plugged_call;
+  ++call.depth;
+  call.reentered = false;
+  void* p = nullptr;
+  std::exception_ptr error;  // a plug-in that throws (torch's hooks do): after the bookkeeping
+  try {
+    p = alloc_(static_cast<ssize_t>(bytes), device, stream);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  --call.depth;
+  if (std::exchange(call.reentered, false)) {
+    if (p) free_(p, static_cast<ssize_t>(bytes), device, stream);
+    throw ValueError("MemPool(allocator=" + name_ + "): the pool's allocator called cudakit's own "
+                     "caching allocator again (cudakit_malloc, or torch's allocator while "
+                     "cudakit serves torch) for the pool's segments, which would deadlock. A "
+                     "MemPool of cudakit's allocator needs no allocator: use MemPool(); give "
+                     "allocator= a library that gets device memory elsewhere (cudaMalloc, "
+                     "cuMemCreate)");
+  }
+  if (error) std::rethrow_exception(error);
   if (!p) {
     std::lock_guard lock(mutex_);
     stats_[device].oom();

@@ -21,6 +21,14 @@
 
 namespace cudakit::memory {
 
+// A MemPool's allocator that gets its memory from cudakit's own caching allocator again
+// (cudakit_malloc of libcudakit_alloc.so, or torch's pluggable allocator while cudakit serves
+// torch) would be called under the device allocator's lock and take it again: a deadlock.
+// allocate() marks its call into the plug-in; the plug-in entry points ask
+// refuse_reentry_from_plugged_allocator() first, and allocate() turns a refused call into a
+// ValueError that says what to do instead. True: refused (the caller must not allocate).
+bool refuse_reentry_from_plugged_allocator() noexcept;
+
 class PluggedAllocator {
  public:
   using AllocFn = void* (*)(ssize_t size, int device, void* stream);

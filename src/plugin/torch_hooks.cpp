@@ -138,6 +138,11 @@ void mark_used() noexcept {
 void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
   mark_used();
   if (size == 0) return nullptr;  // torch frees a null pointer of a 0-byte allocation again
+  if (memory::refuse_reentry_from_plugged_allocator()) {  // memory/pluggable.hpp: a deadlock
+    note_failure("malloc", "called from a MemPool's allocator (cudakit's allocator inside "
+                 "itself)", false);
+    throw ValueError("cudakit's allocator was called from a MemPool's own allocator function");
+  }
   memory::ForeignCallerScope foreign;  // C++ stacks through libtorch's frames (history.hpp)
   try {
     // Some torch versions declare alloc_fn's device as c10::DeviceIndex (int8_t) and call

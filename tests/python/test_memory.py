@@ -497,6 +497,25 @@ def test_mempool_with_pluggable_allocator_binds(ck):
     assert pool.id[0] > 0
 
 
+def test_mempool_whose_allocator_is_cudakit_itself_is_refused_not_deadlocked(ck):
+    # The natural first try of a user who read that cudakit ships a pluggable allocator: its
+    # functions allocate from the very allocator the pool belongs to, under that allocator's
+    # lock. It used to hang for good; now the allocation says what to do instead.
+    alloc = ck.memory.CUDAPluggableAllocator(ck.memory.plugin_path(), "cudakit_malloc",
+                                             "cudakit_free")
+    pool = ck.memory.MemPool(allocator=alloc)
+    before = ck.memory.memory_allocated()
+    with ck.memory.use_mem_pool(pool):
+        with pytest.raises(ValueError, match="would deadlock.*use MemPool\\(\\)"):
+            ck.empty(1024, device="cuda")
+    assert ck.memory.memory_allocated() == before  # nothing leaked by the refused call
+    x = ck.ones(1024, device="cuda")  # the allocator still works
+    assert float(x.sum().item()) == 1024.0
+    with ck.memory.use_mem_pool(ck.memory.MemPool()):
+        y = ck.ones(16, device="cuda")  # and so does a pool of its own
+    assert float(y.sum().item()) == 16.0
+
+
 def test_async_backend_stats_balance():
     # backend:cudaMallocAsync accounts requested bytes as the request (not the block size),
     # so alloc + free returns every counter to zero.
