@@ -86,6 +86,12 @@ int torch_pool_use_count(int device, TorchMempoolId id);
 // raises as that type, with cudakit's message (torch's wording first); nullptr restores
 // throwing cudakit::OutOfMemoryError (what torch shows as RuntimeError).
 void set_torch_out_of_memory_type(void* python_type) noexcept;
+// torch.cuda.caching_allocator_enable(False) (torch._C._cuda_cudaCachingAllocator_enable):
+// the table's malloc then takes each allocation straight from the device and its free gives
+// it straight back, outside cudakit's pool, statistics and snapshots, as torch's uncached
+// allocations are. Allocations made before keep their cached blocks. Thread-safe.
+void set_torch_caching_enabled(bool enabled) noexcept;
+bool torch_caching_enabled() noexcept;
 // torch._C._cuda_attach_out_of_memory_observer: called (outside every allocator lock) before
 // the table's malloc reports out of memory, with torch's arguments: device, bytes requested,
 // bytes this process may use (the memory fraction's limit, else the device's total), bytes

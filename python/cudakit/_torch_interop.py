@@ -47,6 +47,9 @@ from typing import Any
 
 from . import _C
 from .memory import _nest
+from ._torch_settings import SETTINGS_ENTRY_POINTS as _SETTINGS_ENTRY_POINTS
+from ._torch_settings import make_caching_enable_forward as _make_caching_enable_forward
+from ._torch_settings import make_settings_forward as _make_settings_forward
 
 _log = logging.getLogger("cudakit.memory")
 _lock = threading.RLock()
@@ -656,25 +659,6 @@ def _make_use_mem_pool(torch: Any, original: Any) -> Any:
     return use_mem_pool
 
 
-def _make_settings_forward(original: Any) -> Any:
-    def set_allocator_settings(conf: str) -> None:
-        """cudakit (use_with_torch): torch.cuda.memory._set_allocator_settings also configures
-        cudakit's pool, which serves torch's CUDA memory (expandable_segments,
-        max_split_size_mb, ...); torch applies it too (its pinned-memory keys still matter)."""
-        if not isinstance(conf, str):
-            raise TypeError(f"_set_allocator_settings(): argument 'env' must be a str, not "
-                            f"{type(conf).__name__} ({conf!r})")
-        _C._mem_set_settings(conf)  # first: a value cudakit rejects leaves both unchanged
-        original(conf)
-
-    set_allocator_settings.__wrapped__ = original
-    return set_allocator_settings
-
-
-# torch._C entry points of torch's allocator settings (older and newer torch).
-_SETTINGS_ENTRY_POINTS = ("_cuda_cudaCachingAllocator_set_allocator_settings",
-                          "_accelerator_setAllocatorSettings")
-
 _C_REPLACEMENTS = {
     "_cuda_memoryStats": memory_stats_nested,
     "_cuda_resetAccumulatedMemoryStats": reset_accumulated,
@@ -727,6 +711,10 @@ def patch(torch: Any) -> None:
             original = getattr(torch._C, name, None)
             if original is not None:
                 _set(torch._C, name, _make_settings_forward(original))
+        original = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
+        if original is not None:
+            _set(torch._C, "_cuda_cudaCachingAllocator_enable",
+                 _make_caching_enable_forward(original))
         mem = torch.cuda.memory
         for name, fn in _make_python_replacements(torch).items():
             original = getattr(mem, name, None)
@@ -772,6 +760,7 @@ def unpatch() -> None:
             else:
                 setattr(owner, name, original)
         _state["patches"].clear()
+        _C._mem_torch_set_caching_enabled(True)  # torch's own flag went back with its function
 
 
 def is_patched() -> bool:

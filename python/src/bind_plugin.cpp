@@ -82,6 +82,11 @@ void bind(py::module_& m) {
     return torch_pool_use_count(cuda_index(d, Arg{"MemPool.use_count", "device"}),
                                 torch_id_arg(id, Arg{"MemPool.use_count", "id"}));
   });
+  // torch._C._cuda_cudaCachingAllocator_enable, forwarded (use_with_torch)
+  m.def("_mem_torch_set_caching_enabled", [](py::handle v) {
+    set_torch_caching_enabled(to_bool(v, Arg{"caching_allocator_enable", "value"}));
+  });
+  m.def("_mem_torch_caching_enabled", &torch_caching_enabled);
   // torch.OutOfMemoryError for the hook table's malloc (None: cudakit's own error again). The
   // type is kept alive here (one reference, never dropped: the table may use it until exit).
   m.def("_mem_torch_set_oom_type", [](py::handle type) {

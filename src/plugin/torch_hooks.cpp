@@ -10,8 +10,10 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/history.hpp"
@@ -44,6 +46,42 @@ namespace cudakit {
 namespace {
 
 std::atomic<_object*> g_torch_oom_type{nullptr};  // torch.OutOfMemoryError once registered
+
+// set_torch_caching_enabled(false): allocations straight from the device (plugin.hpp). The
+// map is leaked on purpose: torch may free such memory during process exit, after statics.
+std::atomic<bool> g_torch_uncached{false};
+std::mutex g_uncached_mu;
+std::unordered_map<void*, int>& uncached_blocks() {
+  static auto* blocks = new std::unordered_map<void*, int>();
+  return *blocks;
+}
+
+void* uncached_alloc(std::size_t size, int device) {
+  void* p = detail::backend().mem_alloc(device, size);
+  if (!p) {
+    throw OutOfMemoryError("CUDA out of memory. Tried to allocate " + std::to_string(size) +
+                           " bytes on device " + std::to_string(device) + " with the caching "
+                           "allocator disabled (torch.cuda.caching_allocator_enable(False)): "
+                           "the device has no room for it", device, size);
+  }
+  std::lock_guard lock(g_uncached_mu);
+  uncached_blocks().emplace(p, device);
+  return p;
+}
+
+bool uncached_free(void* p) {
+  int device = 0;
+  {
+    std::lock_guard lock(g_uncached_mu);
+    auto& blocks = uncached_blocks();
+    auto it = blocks.find(p);
+    if (it == blocks.end()) return false;
+    device = it->second;
+    blocks.erase(it);
+  }
+  detail::backend().mem_free(device, p);
+  return true;
+}
 
 struct __attribute__((visibility("hidden"))) TorchOutOfMemory final : torch::PyTorchError {
   using PyTorchError::PyTorchError;
@@ -149,6 +187,7 @@ void* hook_malloc(std::size_t size, int device, CUstream_st* stream) {
     // through that type: only the low byte is then defined. Device indices fit in it.
     const int index = static_cast<std::int8_t>(device);
     const int dev = memory::resolve_alloc_device(index < 0 ? kCurrentDevice : index);
+    if (g_torch_uncached.load(std::memory_order_relaxed)) [[unlikely]] return uncached_alloc(size, dev);
     void* p = memory::native_alloc(size, dev, stream, kTorch);
     if (auto report = profiler_reporter()) [[unlikely]] {
       const auto info = allocation_info(p);
@@ -181,6 +220,7 @@ void hook_free(void* ptr, std::size_t, int device, CUstream_st*) {
       }
     }
     if (!memory::native_free(ptr, static_cast<std::int8_t>(device))) {  // hook_malloc: why
+      if (uncached_free(ptr)) return;  // allocated with caching disabled
       std::fprintf(stderr, "cudakit: torch freed %p, which is not a live cudakit allocation "
                    "(ignored)\n", ptr);
     }
@@ -315,6 +355,11 @@ void set_torch_memory_reporter(TorchMemoryReporter reporter) noexcept {
   g_profiler_enabled.store(on ? reporter.enabled : nullptr, std::memory_order_release);
   if (on) g_profiler_report.store(reporter.report, std::memory_order_release);
 }
+
+void set_torch_caching_enabled(bool enabled) noexcept {
+  g_torch_uncached.store(!enabled, std::memory_order_relaxed);
+}
+bool torch_caching_enabled() noexcept { return !g_torch_uncached.load(std::memory_order_relaxed); }
 
 bool torch_hooks_used() noexcept { return g_used.load(std::memory_order_relaxed); }
 std::string last_plugin_error() { return g_last_error; }

@@ -60,6 +60,8 @@ def make(initialized: bool = True, without_setters: tuple[str, ...] = (),
     C._accelerator_isAllocatorInitialized = lambda: False
     torch.settings_calls = []
     C._cuda_cudaCachingAllocator_set_allocator_settings = torch.settings_calls.append
+    torch.caching_enable_calls = []  # torch's own flag (its native allocator reads it)
+    C._cuda_cudaCachingAllocator_enable = torch.caching_enable_calls.append
     torch.empty_cache_calls = []
     C._cuda_emptyCache = lambda: torch.empty_cache_calls.append(1)
     C._cuda_customAllocator = lambda m, f: FakeRawAllocator(m, f, without_setters)
@@ -247,6 +249,10 @@ _MEMORY_EXPORTS = ("memory_stats", "memory_stats_as_nested_dict", "memory_alloca
 # torch.cuda.memory's call structure (not its code): each function reaches torch._C through
 # the module attribute at call time, and the others through this module's globals.
 _MEMORY_SOURCE = r'''
+def caching_allocator_enable(value=True):
+    if is_initialized():
+        torch._C._cuda_cudaCachingAllocator_enable(value)
+
 def memory_stats_as_nested_dict(device=None):
     if not is_initialized():
         return {}

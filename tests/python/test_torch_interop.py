@@ -412,3 +412,35 @@ def test_plugin_allocation_with_the_gil_released_keeps_its_python_stack(ck):
     names = [f.get("name") for seg in snap["segments"] for b in seg["blocks"]
              if b.get("state") == "active_allocated" for f in b.get("frames", [])]
     assert "the_allocating_function" in names, names[:20]
+
+
+def test_caching_allocator_enable_reaches_the_allocations_torch_makes(interop, torch):
+    # torch's test_cachingAllocator_raw_alloc: with caching disabled, torch's raw_alloc goes
+    # straight to the device and torch's statistics do not see it; enabled again, they do.
+    from cudakit import _C
+
+    interop.use_with_torch()
+    hooks = _C._mem_torch_hooks()
+    malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                              ctypes.c_void_p)(hooks["malloc"])
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                            ctypes.c_void_p)(hooks["free"])
+
+    def requested_by(nbytes):
+        start = torch.cuda.memory.memory_stats()["requested_bytes.all.allocated"]
+        p = malloc(nbytes, 0, None)
+        assert p
+        finish = torch.cuda.memory.memory_stats()["requested_bytes.all.allocated"]
+        free(p, nbytes, 0, None)
+        return finish - start
+
+    torch.cuda.memory.caching_allocator_enable(False)
+    try:
+        assert requested_by(1 << 20) == 0
+        assert torch.caching_enable_calls == [False]  # torch's own flag is set too
+        reserved = torch.cuda.memory.memory_stats()["reserved_bytes.all.current"]
+        assert requested_by(3 << 20) == 0
+        assert torch.cuda.memory.memory_stats()["reserved_bytes.all.current"] == reserved
+    finally:
+        torch.cuda.memory.caching_allocator_enable(True)
+    assert requested_by(1 << 20) == 1 << 20
