@@ -13,7 +13,8 @@ if os.environ.get("CUDAKIT_BACKEND") == "emulated":
 def pytest_addoption(parser):
     parser.addoption(
         "--sync-debug", choices=("default", "warn", "error"),
-        default=os.environ.get("CUDAKIT_TEST_SYNC_DEBUG", "default"),
+        # An empty variable (CUDAKIT_TEST_SYNC_DEBUG= in a script) means the default mode.
+        default=os.environ.get("CUDAKIT_TEST_SYNC_DEBUG") or "default",
         help="run every test under cudakit.set_sync_debug_mode(MODE) (env CUDAKIT_TEST_SYNC_DEBUG)")
 
 
