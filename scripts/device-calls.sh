@@ -40,6 +40,7 @@ case "${1:-}" in
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
     grep median "$OUT/alloc_vs_torch.log" ;;
   suite)  # ~560 s cold: build + the whole cuda suite + the examples (sync-debug pass: interop)
+    # (CUDAKIT_STRESS_SECONDS=5 shortens the stress tests when device time is short)
     STEPS="build cuda examples" SYNC_DEBUG_PASS=0 HANG_SECONDS=300 bash scripts/gpu-check.sh "$OUT" ;;
   interop)  # ~560 s warm, after `suite`: PyTorch's test_cuda.py natively and on cudakit (both
     # runs at once) beside the sync-debug pytest pass; then, on a quiet GPU, the benchmarks
@@ -177,13 +178,16 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
       RUN_BUDGET=90 bash .device-carry/torch-suite/run.sh /tmp/tsv > "$OUT/tsv.log" 2>&1
     grep -hE "passed|failed" /tmp/tsv/plugin*.log 2>/dev/null | tail -3
     grep -hE "^FAILED|^E  " /tmp/tsv/plugin*.log 2>/dev/null | head -12
-    if [ -f .device-carry/probe_viz.py ]; then
-      for a in native cudakit; do timeout 40 python3 .device-carry/probe_viz.py $a 2>&1 | tail -9; done
-    fi
     { timeout 150 python3 bench/torch/compile_check.py --part transformers --allocator native \
         --out /tmp/cct-n.pt && timeout 150 python3 bench/torch/compile_check.py --part transformers \
         --allocator cudakit --out /tmp/cct-c.pt &&
       python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
-    tail -30 "$OUT/cc.log" ;;
+    tail -30 "$OUT/cc.log"
+    { echo "## bench_profiler (C++)"; timeout 40 build-gpu/bench/bench_profiler
+      echo "## bench_trace_size"; timeout 70 python3 bench/profiler/bench_trace_size.py; } > "$OUT/bench.log" 2>&1
+    grep -vE "^\s*$" "$OUT/bench.log" | tail -30
+    if [ -f .device-carry/probe_viz.py ]; then
+      for a in native cudakit; do timeout 40 python3 .device-carry/probe_viz.py $a 2>&1 | tail -9; done
+    fi ;;
   *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8" >&2; exit 2 ;;
 esac
