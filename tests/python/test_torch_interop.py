@@ -279,7 +279,10 @@ def test_allocator_settings_reach_cudakit(interop, torch):
     try:
         keep = interop.caching_allocator_alloc(3 << 20)  # a segment of the kind in force
         torch.cuda.memory._set_allocator_settings("expandable_segments:" + flip)
-        p = interop.caching_allocator_alloc(30 << 20)  # fits no cached block: a new segment
+        # Larger than any chunk (expandable_segments_max_chunk_mb, 32): fits no cached block,
+        # whatever chunk size the pool's earlier use chose for `keep` (after a test that had
+        # 40 MiB live, keep's chunk had room for 30 MiB: the order-dependent failure).
+        p = interop.caching_allocator_alloc(64 << 20)
         interop.caching_allocator_delete(keep)
         kinds = {s["is_expandable"] for s in torch.cuda.memory.memory_snapshot()}
         interop.caching_allocator_delete(p)
