@@ -2,8 +2,6 @@
 // the snapshot form. See history.hpp for the cost model.
 #include "memory/history.hpp"
 
-#include <cxxabi.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <unwind.h>
 
@@ -17,6 +15,7 @@
 #endif
 
 #include "cudakit/error.hpp"
+#include "instrument/symbolizer.hpp"
 
 namespace cudakit::memory {
 
@@ -433,21 +432,9 @@ std::vector<TraceEntry> HistoryRecorder::traces(ContextCache& contexts) const {
 // ---- symbolisation (snapshot time) ----
 
 void symbolize_cpp_frame(void* pc, std::string& file, std::string& name) {
-  Dl_info info{};
-  // pc is a return address: the call instruction is just before it (matters for the last
-  // instruction of a function that ends in a call to a noreturn function).
-  void* in_call = static_cast<char*>(pc) - 1;
-  if (dladdr(in_call, &info) && info.dli_sname) {
-    int status = 0;
-    char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-    name = (status == 0 && dem) ? dem : info.dli_sname;
-    std::free(dem);
-  } else {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%p", pc);
-    name = buf;
-  }
-  file = info.dli_fname ? info.dli_fname : "??";
+  instrument::CppFrameSymbol sym = instrument::cpp_frame_name(pc);  // instrument/symbolizer.hpp (no line lookup)
+  file = std::move(sym.file);
+  name = std::move(sym.name);
 }
 
 }  // namespace cudakit::memory

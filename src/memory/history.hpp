@@ -230,7 +230,9 @@ struct TraceEntry {
   double time_us = 0;
   std::shared_ptr<HistoryContext> context;
 };
-// File (the shared object) and demangled function name of a C++ return address.
+// File (the shared object) and demangled function name of a C++ return address: exported
+// symbols, then the object's static symbol table (instrument/symbolizer.hpp; snapshots also get
+// file and line from there).
 void symbolize_cpp_frame(void* pc, std::string& file, std::string& name);
 
 // Pooled, reference-counted stack (owned by one HistoryRecorder).

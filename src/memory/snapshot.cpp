@@ -3,6 +3,7 @@
 // cache, so recording stays cheap.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
+#include "instrument/symbolizer.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/expandable_segment.hpp"
 #include "memory/history.hpp"
@@ -123,21 +125,9 @@ json frames_json(const std::shared_ptr<HistoryContext>& ctx) {
       py.push_back(std::move(fr));
     }
   }
-  static std::mutex cache_mutex;
-  static std::unordered_map<void*, std::pair<std::string, std::string>> cache;
   for (void* pc : ctx->frames) {
-    std::pair<std::string, std::string> sym;
-    {
-      std::lock_guard lock(cache_mutex);
-      auto it = cache.find(pc);
-      if (it != cache.end()) sym = it->second;
-    }
-    if (sym.first.empty()) {
-      symbolize_cpp_frame(pc, sym.second, sym.first);
-      std::lock_guard lock(cache_mutex);
-      cache[pc] = sym;
-    }
-    frames.push_back({{"filename", sym.second}, {"line", 0}, {"name", sym.first}});
+    instrument::CppFrameSymbol sym = instrument::cpp_frame_symbol(pc);  // prepared for the whole snapshot below
+    frames.push_back({{"filename", std::move(sym.file)}, {"line", sym.line}, {"name", std::move(sym.name)}});
   }
   for (auto& f : py) frames.push_back(std::move(f));
   return frames;
@@ -151,8 +141,26 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
   int max_dev = -1;
   for (DeviceAllocator* a : allocators) max_dev = std::max(max_dev, a->device());
   for (int d = 0; d <= max_dev; ++d) traces.push_back(json::array());
+  // Every C++ frame of the snapshot symbolised in one batch per object (addr2line runs once
+  // per object, instrument/symbolizer.hpp), before the JSON is built.
+  std::vector<std::vector<SegmentInfo>> segments_of;
+  std::vector<std::vector<TraceEntry>> traces_of;
+  std::vector<void*> pcs;
   for (DeviceAllocator* a : allocators) {
-    for (const SegmentInfo& s : a->snapshot(pool)) {
+    segments_of.push_back(a->snapshot(pool));
+    traces_of.push_back(a->history_traces());
+    for (const SegmentInfo& s : segments_of.back())
+      for (const SegmentInfoBlock& b : s.blocks)
+        if (b.context) pcs.insert(pcs.end(), b.context->frames.begin(), b.context->frames.end());
+    for (const TraceEntry& e : traces_of.back())
+      if (e.context) pcs.insert(pcs.end(), e.context->frames.begin(), e.context->frames.end());
+  }
+  std::sort(pcs.begin(), pcs.end());
+  pcs.erase(std::unique(pcs.begin(), pcs.end()), pcs.end());
+  instrument::prepare_cpp_frame_symbols(pcs);
+  for (std::size_t ai = 0; ai < allocators.size(); ++ai) {
+    DeviceAllocator* a = allocators[ai];
+    for (const SegmentInfo& s : segments_of[ai]) {
       json js;
       js["device"] = s.device;
       js["address"] = s.address;
@@ -181,7 +189,7 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
       segs.push_back(std::move(js));
     }
     json& tr = traces[a->device()];
-    for (const TraceEntry& e : a->history_traces()) {
+    for (const TraceEntry& e : traces_of[ai]) {
       tr.push_back({{"action", e.action},
                     {"addr", e.addr},
                     {"size", e.size},

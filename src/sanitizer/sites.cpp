@@ -208,7 +208,7 @@ std::string format_site(const Site* s, bool may_block) {
     std::string file, name;
     memory::symbolize_cpp_frame(s->pc[i], file, name);
     if (const auto slash = file.rfind('/'); slash != std::string::npos) file.erase(0, slash + 1);
-    if (!info.dli_sname) {
+    if (!info.dli_sname && name.rfind("0x", 0) == 0) {  // no symbol in either table
       char off[32];
       std::snprintf(off, sizeof off, "+%#zx",
                     static_cast<std::size_t>(static_cast<char*>(s->pc[i]) -
