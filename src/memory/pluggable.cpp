@@ -84,12 +84,12 @@ void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHa
   --call.depth;
   if (std::exchange(call.reentered, false)) {
     if (p) free_(p, static_cast<ssize_t>(bytes), device, stream);
-    throw ValueError("MemPool(allocator=" + name_ + "): the pool's allocator called cudakit's own "
-                     "caching allocator again (cudakit_malloc, or torch's allocator while "
-                     "cudakit serves torch) for the pool's segments, which would deadlock. A "
-                     "MemPool of cudakit's allocator needs no allocator: use MemPool(); give "
-                     "allocator= a library that gets device memory elsewhere (cudaMalloc, "
-                     "cuMemCreate)");
+    throw ValueError("CUDAPluggableAllocator '" + name_ + "' (a MemPool's allocator, or the "
+                     "current allocator) called cudakit's own caching allocator again "
+                     "(cudakit_malloc, or torch's allocator while cudakit serves torch), which "
+                     "would deadlock or recurse for ever. A MemPool of cudakit's allocator needs "
+                     "no allocator: use MemPool(); give allocator= a library that gets device "
+                     "memory elsewhere (cudaMalloc, cuMemCreate)");
   }
   if (error) std::rethrow_exception(error);
   if (!p) {
