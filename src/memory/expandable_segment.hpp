@@ -51,10 +51,9 @@
 //  * 2 MiB chunks everywhere: server_bert_threads (4 streams) 1.17 -> 1.08 at 5x the calls.
 // Known limits of the default: several streams each keep a partly used chunk and their own
 // free memory (server_bert_threads, 5 streams: 1.17-1.24 before the eighth session's
-// per-stream chunks and small-segment moves, 1.08-1.12 after, at ~1.7x the driver calls;
-// pages and wholly free small segments move between idle streams or go back to the device
-// (compact_expandable, adopt_small_segment), blocks do not, and on a GPU none of it happens
-// while any stream that allocated is busy); device calls are 4-100x the
+// per-stream chunks and small-segment moves, 1.10-1.13 after, at ~1.8x the driver calls;
+// pages and wholly free small segments move between idle streams, blocks do not, and on a
+// GPU nothing moves while any stream that allocated is busy); device calls are 4-100x the
 // torch-compatible mode's cudaMalloc count (3
 // calls per chunk mapped, 2 more when pages move), 0.6-2x in torch's own counting (one per
 // mapping of a contiguous range) on 20 of 23 traces. The small pool keeps plain segments.
