@@ -31,9 +31,6 @@ constexpr std::size_t kGrowChunksFrom = 512 * kMiB;
 // server_bert_threads (5 streams; default settings, 3 runs): 2 MiB 1.107-1.118 at 15-15.6k
 // driver calls, 4 MiB 1.104-1.118 at 8.0-8.6k, 8 MiB (the unit) 1.169-1.184 at 3.8-4.2k.
 constexpr std::size_t kMinStreamChunk = 4 * kMiB;
-// How long (in frees) a wholly free small segment stays cached before a page move may give
-// it back (compact_expandable).
-constexpr std::uint64_t kStaleSmallFrees = 1000;
 }
 
 ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::StreamHandle s,
@@ -337,24 +334,6 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, detail::Stream
     // become the unmapped room the next big blocks are placed in).
     freed += unmap_free_pages(b, /*keep_handles=*/b->pool->is_small == small_wanted,
                               b->stream == stream ? SIZE_MAX : want - freed);
-  }
-  // Still short: wholly free plain small segments (2 MiB each, any stream's) that stayed
-  // free for kStaleSmallFrees frees go back to the device (one cudaFree each). The small pool
-  // gives nothing back otherwise but at empty_cache and out of memory, and at the peak of
-  // server_bert_threads 10 of its 17 MiB of free small-pool memory were such segments.
-  // Measured on the design traces (defaults, 3 runs): server_bert_threads 1.107-1.125 -> 1.085-1.100, varlen_infer 1.047 -> 1.044,
-  // t5_train 1.031 -> 1.033, the others unchanged; any free segment (no age) made t5_train's
-  // device operations 629 -> 989 (segments freed for the large pool, malloc'd again soon
-  // after); 10000 frees kept none of the server gain (measured with 2 MiB stream chunks).
-  if (freed >= want) return freed;
-  for (Block* b : small_.blocks.blocks()) {
-    if (freed >= want) break;
-    if (b->expandable || b->prev || b->next || b->size != kSmallBuffer || !b->is_free() ||
-        free_epoch_ - b->free_epoch < kStaleSmallFrees)
-      continue;
-    erase_free(small_, b);
-    release_segment(b);
-    freed += kSmallBuffer;
   }
   return freed;
 }

@@ -164,23 +164,6 @@ TEST(MemoryAllocator, WhollyFreeSmallSegmentsMoveToAnotherIdleStream) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
-// A page move that finds too few free chunks gives back wholly free small segments that
-// stayed free for a while (kStaleSmallFrees frees) instead of growing the footprint.
-TEST(MemoryAllocator, PageMovesGiveBackStaleSmallSegments) {
-  DeviceAllocator a = make("quick_cache:False");  // every free counts (no parking)
-  Stream s1(0), s2(0);
-  a.free(reinterpret_cast<void*>(a.malloc(512 * 1024, s1.handle())->ptr));  // 2 MiB segment
-  for (int i = 0; i < 1001; ++i)  // one 8 MiB chunk on s2, freed 1001 times
-    a.free(reinterpret_cast<void*>(a.malloc(4 * kMiB, s2.handle())->ptr));
-  EXPECT_EQ(a.stats().reserved_bytes[1].current, static_cast<std::int64_t>(2 * kMiB));
-  auto* big = a.malloc(16 * kMiB, s2.handle());  // over the budget, no free chunk to move
-  EXPECT_EQ(a.stats().reserved_bytes[1].current, 0) << "the stale small segment went back";
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(16 * kMiB));
-  a.free(reinterpret_cast<void*>(big->ptr));
-  a.empty_cache();
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
-}
-
 // Several streams holding large-pool pages map smaller chunks (chunk_for: each stream keeps
 // its own partly used chunks): one stream maps 8 MiB chunks, two map 4 MiB ones.
 TEST(MemoryAllocator, ExpandableChunksShrinkWithStreams) {
