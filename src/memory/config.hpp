@@ -24,8 +24,8 @@
 // cudakit's own keys (not torch's): quick_cache (True/False, default True: the exact-size
 // cache of recently freed blocks, see quick_cache.hpp), expandable_segments_chunk_pages
 // (pages of the large pool's smallest physical allocation, default 4 = 8 MiB: its chunks
-// grow from there in powers of two with the pool, and shrink to 4 MiB while several streams
-// hold large-pool pages, expandable_segment.hpp; the small pool's are one page), expandable_segments_slack_div (expandable segments may reserve the live
+// grow from there in powers of two with the pool, expandable_segment.hpp; the small pool's
+// are one page), expandable_segments_slack_div (expandable segments may reserve the live
 // high-water mark plus 1/N of it before they move pages; default 32),
 // expandable_segments_max_chunk_mb (the largest chunk a large pool's chunks grow to, a power
 // of two, default 32: a chunk is unmapped only when all of it is free, so this bounds the

@@ -306,22 +306,18 @@ class DeviceAllocator {
   // ---- expandable segments (expandable_segment.cpp) ----
   Block* alloc_expandable(BlockPool& pool, std::size_t size, detail::StreamHandle stream,
                           bool may_move, bool& moving);
-  bool map_block(Block* b, std::size_t size, std::size_t ahead, std::size_t max_chunk,
-                 std::size_t min_chunk);
-  // Queues b's whole free chunks (the top ones covering at_most bytes) for unmapping; bytes.
-  std::size_t unmap_free_pages(Block* b, bool keep_handles, std::size_t at_most = SIZE_MAX);
+  bool map_block(Block* b, std::size_t size, std::size_t ahead, std::size_t max_chunk);
+  std::size_t unmap_free_pages(Block* b, bool keep_handles);  // bytes queued for unmapping
   void finish_unmap(const Deferred& d);
-  std::size_t compact_expandable(std::size_t want, detail::StreamHandle stream,
-                                 const Block* keep_from, std::size_t keep_bytes);
+  std::size_t compact_expandable(std::size_t want, const Block* keep_from,
+                                 std::size_t keep_bytes);
   void release_expandable(Locked& lock);
   void release_spares();  // queues the destruction of unused spare handles
   // A wholly free 2 MiB segment of the default small pool that another stream cached, moved
   // to `stream` while every noted stream is idle (no device call), or nullptr.
   Block* adopt_small_segment(detail::StreamHandle stream);
-  std::size_t chunk_bytes(bool small) const noexcept;  // smallest chunk of a pool kind, one stream
-  std::size_t chunk_for(bool small, std::size_t pool_bytes, std::size_t streams) const noexcept;
-  // Streams with large-pool pages mapped in expandable segments, counting `stream`.
-  std::size_t large_streams(detail::StreamHandle stream) const noexcept;
+  std::size_t chunk_bytes(bool small) const noexcept;  // the unit of a pool kind
+  std::size_t chunk_for(bool small, std::size_t pool_bytes) const noexcept;
   // Every stream this allocator has handed memory out on, and the fences of those destroyed
   // since (stream_retire.cpp): compact_expandable moves pages only while all of them are idle.
   void note_stream(detail::StreamHandle stream) {

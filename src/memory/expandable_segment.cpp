@@ -27,10 +27,6 @@ constexpr std::size_t kMapAhead = 80 * kMiB;
 // The pool size below which a large pool keeps its unit chunks (the largest chunk is
 // expandable_segments_max_chunk_mb).
 constexpr std::size_t kGrowChunksFrom = 512 * kMiB;
-// The smallest chunk of a large pool shared by several streams (chunk_for). Measured on
-// server_bert_threads (5 streams; default settings, 3 runs): 2 MiB 1.107-1.118 at 15-15.6k
-// driver calls, 4 MiB 1.104-1.118 at 8.0-8.6k, 8 MiB (the unit) 1.169-1.184 at 3.8-4.2k.
-constexpr std::size_t kMinStreamChunk = 4 * kMiB;
 }
 
 ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::StreamHandle s,
@@ -56,14 +52,12 @@ ExpandableSegment::~ExpandableSegment() {
 
 std::uintptr_t ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes,
                                       std::uintptr_t limit, std::size_t max_chunk,
-                                      std::size_t min_chunk, std::size_t max_new_bytes,
-                                      std::vector<Spare>& spares,
+                                      std::size_t max_new_bytes, std::vector<Spare>& spares,
                                       VmCallCounts& calls, std::size_t* from_spares) {
   const std::size_t first = (addr - base) / unit_;
   const std::size_t want = (addr - base + bytes + unit_ - 1) / unit_;
   const std::size_t lim = (limit - base) / unit_;
   const std::size_t max_units = std::max<std::size_t>(1, max_chunk / unit_);
-  const std::size_t min_units = std::clamp<std::size_t>(min_chunk / unit_, 1, max_units);
   // Plan, then map the whole range with one vm_map_chunks (one access change on the GPU).
   std::vector<detail::PhysMemHandle> run;
   std::vector<std::size_t> sizes;
@@ -79,10 +73,10 @@ std::uintptr_t ExpandableSegment::map(std::uintptr_t addr, std::size_t bytes,
   try {
     while (p < want) {
       // The largest power of two <= max_units that p is aligned to and that fits before lim,
-      // shrunk while half of it still covers what is left to map (not below min_units).
+      // shrunk while half of it still covers what is left to map.
       std::size_t k = 1;
       while (k * 2 <= max_units && p % (k * 2) == 0 && p + k * 2 <= lim) k *= 2;
-      while (k > min_units && k / 2 >= want - p) k /= 2;
+      while (k > 1 && k / 2 >= want - p) k /= 2;
       // A spare of exactly k units, else the largest smaller one (smaller powers of two keep
       // the alignment), else a new chunk.
       std::size_t pick = SIZE_MAX, pick_units = 0;
@@ -239,45 +233,19 @@ std::size_t DeviceAllocator::chunk_bytes(bool small) const noexcept {
   return small ? vm_page_ : vm_page_ * cfg_.expandable_chunk_pages;
 }
 
-std::size_t DeviceAllocator::chunk_for(bool small, std::size_t pool_bytes,
-                                       std::size_t streams) const noexcept {
-  // The largest chunk new mappings of a pool of pool_bytes use (expandable_segment.hpp): the
-  // largest power-of-two multiple of the unit <= the footprint slack pool_bytes / slack_div,
-  // at most expandable_segments_max_chunk_mb; pools under kGrowChunksFrom keep the unit.
-  // Several streams: divided by the number of streams holding large-pool pages (rounded up
-  // to a power of two), down to kMinStreamChunk. Each stream's segment keeps its own partly
-  // used chunks (free pages move between streams only as whole chunks), so with the chunk of
-  // one pool the waste grows with the streams: server_bert_threads (5 streams, 549 MiB
-  // live, 16 MiB chunks) held 43 MiB free in partly used chunks of one stream at its peak.
+std::size_t DeviceAllocator::chunk_for(bool small, std::size_t pool_bytes) const noexcept {
+  // The chunk new mappings of a pool of pool_bytes use (expandable_segment.hpp): the largest
+  // power-of-two multiple of the unit <= the footprint slack pool_bytes / slack_div, at most
+  // expandable_segments_max_chunk_mb; pools under kGrowChunksFrom keep the unit.
   std::size_t c = chunk_bytes(small);
-  if (small) return c;
-  if (pool_bytes >= kGrowChunksFrom) {
-    const std::size_t slack = pool_bytes / cfg_.expandable_slack_div;
-    while (c * 2 <= slack && c * 2 <= cfg_.expandable_max_chunk_mb * kMiB) c *= 2;
-  }
-  while (streams > 1 && c > kMinStreamChunk) {
-    c /= 2;
-    streams = (streams + 1) / 2;
-  }
+  if (small || pool_bytes < kGrowChunksFrom) return c;
+  const std::size_t slack = pool_bytes / cfg_.expandable_slack_div;
+  while (c * 2 <= slack && c * 2 <= cfg_.expandable_max_chunk_mb * kMiB) c *= 2;
   return c;
 }
 
-std::size_t DeviceAllocator::large_streams(detail::StreamHandle stream) const noexcept {
-  std::size_t n = 1;  // `stream` itself
-  for (std::size_t i = 0; i < expandable_.size(); ++i) {
-    const ExpandableSegment& es = *expandable_[i];
-    if (es.small || es.stream == stream || es.mapped_bytes() == 0) continue;
-    bool seen = false;  // a stream with two reservations counts once
-    for (std::size_t j = 0; j < i && !seen; ++j)
-      seen = !expandable_[j]->small && expandable_[j]->stream == es.stream &&
-             expandable_[j]->mapped_bytes() != 0;
-    n += seen ? 0 : 1;
-  }
-  return n;
-}
-
-std::size_t DeviceAllocator::compact_expandable(std::size_t want, detail::StreamHandle stream,
-                                                const Block* keep_from, std::size_t keep_bytes) {
+std::size_t DeviceAllocator::compact_expandable(std::size_t want, const Block* keep_from,
+                                                std::size_t keep_bytes) {
   // Detaches whole free chunks of the default pools' expandable segments, largest free blocks
   // first, until `want` bytes were found; the handles come back as spares for the allocation
   // that asked (physical memory moves to where it is needed instead of growing the
@@ -325,15 +293,7 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, detail::Stream
     auto [lo, hi] = b->expandable->unmappable(b->ptr, b->size);
     if (hi <= lo) continue;
     erase_free(*b->pool, b);
-    // Another stream's free block gives only the top chunks that cover the rest of `want`:
-    // its whole free run made the unused handles go back to the device at the end of the
-    // allocation and be created again soon after (server_bert_threads: 4660 creates and 4480
-    // destroys of 24650 driver calls; 322 and 134 of 12774 with the limit, same footprint).
-    // The requesting stream's own blocks still go whole: limiting them too made unet_train
-    // 1.028 -> 1.132 and mixtral_train 1.027 -> 1.033 (their free runs, unmapped whole,
-    // become the unmapped room the next big blocks are placed in).
-    freed += unmap_free_pages(b, /*keep_handles=*/b->pool->is_small == small_wanted,
-                              b->stream == stream ? SIZE_MAX : want - freed);
+    freed += unmap_free_pages(b, /*keep_handles=*/b->pool->is_small == small_wanted);
   }
   return freed;
 }
@@ -420,9 +380,7 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
                                          detail::StreamHandle stream, bool may_move,
                                          bool& moving) {
   if (size > total_memory_) return nullptr;  // can never be mapped (and no huge reservation)
-  // Streams holding large-pool pages, this one included (chunk_for).
-  const std::size_t streams = pool.is_small ? 1 : large_streams(stream);
-  const std::size_t chunk = chunk_for(pool.is_small, 0, streams);  // the smallest new chunk
+  const std::size_t chunk = chunk_bytes(pool.is_small);
   // Bytes of chunks that would have to be newly mapped to place `size` bytes starting at
   // block b (SIZE_MAX when the free run starting at b is too short). Unmapped blocks start
   // and end on chunk boundaries.
@@ -475,13 +433,13 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
   // The chunk of new mappings follows the pool's size once this allocation is in (so the
   // first big allocation of a pool already uses big chunks).
   const std::size_t pool_bytes = stats_.reserved_bytes(pool.is_small) + need;
-  const std::size_t max_chunk = chunk_for(pool.is_small, pool_bytes, streams);
+  const std::size_t max_chunk = chunk_for(pool.is_small, pool_bytes);
   if (may_move && best != 0) {
     if (reserved_now + need > budget) {
       // Exactly the excess: unmapping more ahead of time (hysteresis) was measured to save no
       // calls (the pages are mapped again soon after), only to lower the footprint.
       const std::size_t want = reserved_now + need - budget;
-      if (compact_expandable(want, stream, cand, size) > 0) {
+      if (compact_expandable(want, cand, size) > 0) {
         moving = true;
         return nullptr;
       }
@@ -490,15 +448,15 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
 
   if (!cand) {
     // A new reservation per (pool, stream): sized to the device so it rarely needs a second,
-    // but at most 1 TiB (its page table costs 12 bytes per 2 MiB page, 6 MiB for 1 TiB; an
-    // emulated device may claim petabytes), and halved while the address space cannot hold it.
+    // but at most 1 TiB (its page table costs 8 bytes per chunk; an emulated device may claim
+    // petabytes), and halved while the address space cannot hold it.
     constexpr std::size_t kMaxReservation = std::size_t(1) << 40;
     std::size_t want = pool.is_small ? std::max(total_memory_ / 8, kSmallBuffer * 4)
                                      : total_memory_;
     want = std::max(std::min(want, kMaxReservation), size);
     std::unique_ptr<ExpandableSegment> es;
     for (;;) {
-      es = std::make_unique<ExpandableSegment>(backend_, device_, stream, want, vm_page_,
+      es = std::make_unique<ExpandableSegment>(backend_, device_, stream, want, chunk,
                                                pool.is_small);
       if (es->base) break;
       if (want / 2 < size) return nullptr;
@@ -526,15 +484,14 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
     else pool.unmapped.erase(b);
   };
   take(cand);
-  if (!cand->mapped && !map_block(cand, std::min(size, cand->size), ahead, max_chunk, chunk)) {
+  if (!cand->mapped && !map_block(cand, std::min(size, cand->size), ahead, max_chunk)) {
     pool.unmapped.insert(cand);
     return nullptr;
   }
   while (cand->size < size) {
     Block* nb = cand->next;
     take(nb);
-    if (!nb->mapped &&
-        !map_block(nb, std::min(size - cand->size, nb->size), ahead, max_chunk, chunk)) {
+    if (!nb->mapped && !map_block(nb, std::min(size - cand->size, nb->size), ahead, max_chunk)) {
       pool.unmapped.insert(nb);
       insert_free(pool, cand);  // failure: the mapped part goes back to the pool
       return nullptr;
@@ -545,13 +502,12 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
 }
 
 bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
-                                std::size_t max_chunk, std::size_t min_chunk) {
+                                std::size_t max_chunk) {
   // Maps the unit-rounded prefix of unmapped block b, plus up to `ahead` bytes more when the
   // block goes on (up to a kMapAhead boundary), with chunks of at most max_chunk (the last
   // may round up past that, within b and the budget's room); the rest stays unmapped.
-  // Sizes round to min_chunk (a multiple of the segment's unit, the page).
   ExpandableSegment& es = *b->expandable;
-  const std::size_t unit = std::max(min_chunk, es.unit_bytes());
+  const std::size_t unit = es.unit_bytes();
   std::size_t bytes = std::min(b->size, (size + unit - 1) / unit * unit);
   if (ahead >= unit && bytes < b->size) {
     const std::size_t end = b->ptr + bytes - es.base;
@@ -586,17 +542,16 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   // (A spare bigger than a place's alignment allows cannot fill it: spare_total is only an
   // estimate, so map() checks the room itself.)
   std::uintptr_t end =
-      es.map(b->ptr, bytes, lim, max_chunk, unit, max_new, spares, vm_calls_, &from_spares);
+      es.map(b->ptr, bytes, lim, max_chunk, max_new, spares, vm_calls_, &from_spares);
   // Out of device memory (or limit room) with big chunks: unit chunks may still fit (and
   // round less).
   if (end == 0 && max_chunk > unit)
-    end = es.map(b->ptr, bytes, lim, unit, unit, max_new, spares, vm_calls_, &from_spares);
+    end = es.map(b->ptr, bytes, lim, unit, max_new, spares, vm_calls_, &from_spares);
   // Still out of memory with pages mapped ahead: the request alone may fit (a nearly full
   // device raised out-of-memory for 16 MiB with 40 MiB free: test PartialMapFailureRollsBack).
   if (end == 0 && bytes > needed) {
     bytes = needed;
-    end = es.map(b->ptr, bytes, b->ptr + bytes, unit, unit, max_new, spares, vm_calls_,
-                 &from_spares);
+    end = es.map(b->ptr, bytes, b->ptr + bytes, unit, max_new, spares, vm_calls_, &from_spares);
   }
   if (end == 0) return false;
   bytes = end - b->ptr;
@@ -611,24 +566,16 @@ bool DeviceAllocator::map_block(Block* b, std::size_t size, std::size_t ahead,
   return true;
 }
 
-std::size_t DeviceAllocator::unmap_free_pages(Block* b, bool keep_handles, std::size_t at_most) {
+std::size_t DeviceAllocator::unmap_free_pages(Block* b, bool keep_handles) {
   // b: free, mapped, out of the free set. Its whole chunks are taken out of the page table
   // now and unmapped after the locks are released (Locked::unlock); the block covering them
   // is `releasing` until then. Partial chunks at either end stay mapped and free.
   BlockPool& pool = *b->pool;
   ExpandableSegment& es = *b->expandable;
-  auto [lo, hi] = es.unmappable(b->ptr, b->size);
+  const auto [lo, hi] = es.unmappable(b->ptr, b->size);
   if (hi <= lo) {
     insert_free(pool, b);
     return 0;
-  }
-  // Only the top chunks that cover at_most bytes (whole chunks: it may be a little more).
-  for (std::uintptr_t c = hi; c > lo;) {
-    c = es.chunk_start(c - 1);
-    if (hi - c >= at_most) {
-      lo = c;
-      break;
-    }
   }
   Block* mid = b;
   if (lo > b->ptr) {

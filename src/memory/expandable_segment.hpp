@@ -4,9 +4,8 @@
 //
 // Physical memory comes in "chunks" (one physical allocation each), a power-of-two number of
 // "units" long and aligned to their own size from the segment's base (buddy-style): the unit
-// (the page table's granularity) is the 2 MiB page in both pools. The small pool maps one
-// page per chunk; the large pool's smallest chunk is expandable_segments_chunk_pages pages
-// (default 4 = 8 MiB; map() rounds to it where the alignment allows), and its chunk grows
+// is 2 MiB in the small pool and expandable_segments_chunk_pages pages in the large pool
+// (default 4 = 8 MiB). The small pool maps one unit per chunk; the large pool's chunk grows
 // with the pool (DeviceAllocator::chunk_for): the largest power-of-two multiple of the unit
 // that is <= the pool's footprint slack (its size / expandable_segments_slack_div), at most
 // expandable_segments_max_chunk_mb (default 32 MiB), so pools under 512 MiB keep 8 MiB
@@ -22,14 +21,6 @@
 // chunks), and one live block pins at most 32 MiB (torch's large page: 20 MiB). Natural
 // alignment keeps the page table simple (a chunk's head is its unit index rounded down to
 // its length) and lets a smaller chunk always fill a bigger one's place.
-// Several streams (issue 27, eighth session): each (pool, stream) has its own segment, and
-// each keeps its own partly used chunks, so a chunk sized for the whole pool wastes about one
-// chunk per stream; server_bert_threads (5 streams, 549 MiB live) held 43 MiB free in partly
-// used 16 MiB chunks of one stream at its peak. chunk_for divides the chunk (smallest and
-// largest) by the number of streams with large-pool pages mapped, rounded up to a power of
-// two, down to 4 MiB (kMinStreamChunk: 2 MiB saved no footprint over 4 MiB with the quick
-// cache on and doubled the driver calls; the unit stays 8 MiB with one stream, so
-// single-stream traces are unchanged). That is why the large pool's unit is the page too.
 // Chunks of one size are interchangeable: a chunk unmapped in one place is mapped again
 // somewhere else without a release + create (DeviceAllocator keeps such "spare" handles, with
 // their sizes, for the allocation that asked for the pages to move).
@@ -50,11 +41,8 @@
 //  * A looser budget (slack_div 20): calls -10..-40 %, ratios up to 1.068.
 //  * 2 MiB chunks everywhere: server_bert_threads (4 streams) 1.17 -> 1.08 at 5x the calls.
 // Known limits of the default: several streams each keep a partly used chunk and their own
-// free memory (server_bert_threads, 5 streams: 1.17-1.24 before the eighth session's
-// per-stream chunks and small-segment moves, 1.10-1.13 after, at ~1.8x the driver calls;
-// pages and wholly free small segments move between idle streams, blocks do not, and on a
-// GPU nothing moves while any stream that allocated is busy); device calls are 4-100x the
-// torch-compatible mode's cudaMalloc count (3
+// free memory (server_bert_threads, 4 streams: 1.20-1.25; pages move between idle streams,
+// blocks do not); device calls are 4-64x the torch-compatible mode's cudaMalloc count (3
 // calls per chunk mapped, 2 more when pages move), 0.6-2x in torch's own counting (one per
 // mapping of a contiguous range) on 20 of 23 traces. The small pool keeps plain segments.
 //
@@ -135,8 +123,7 @@ struct ExpandableSegment {
 
   // Maps [addr, addr+bytes) (unit-aligned, all unmapped; addr+bytes <= limit, the end of the
   // unmapped run) with chunks of at most max_chunk bytes: at each place the largest chunk its
-  // alignment allows, no bigger than needed to cover the rest but at least min_chunk where
-  // alignment and limit allow (so the mapping ends at most one
+  // alignment allows, no bigger than needed to cover the rest (so the mapping ends at most one
   // chunk-rounding past addr+bytes, never past limit). Spares (any power-of-two multiple of
   // the unit) are used first: one of the planned size, else the largest smaller one; the rest
   // are created. Returns the end address of the mapping, or 0 on out-of-memory (then nothing
@@ -145,8 +132,8 @@ struct ExpandableSegment {
   // places must not let it create past the limit). *from_spares: bytes mapped from spares.
   // A driver error other than out-of-memory is rethrown after the same rollback.
   std::uintptr_t map(std::uintptr_t addr, std::size_t bytes, std::uintptr_t limit,
-                     std::size_t max_chunk, std::size_t min_chunk, std::size_t max_new_bytes,
-                     std::vector<Spare>& spares, VmCallCounts& calls, std::size_t* from_spares);
+                     std::size_t max_chunk, std::size_t max_new_bytes, std::vector<Spare>& spares,
+                     VmCallCounts& calls, std::size_t* from_spares);
   // The largest run of whole chunks inside [addr, addr+bytes) ({0,0} if none).
   std::pair<std::uintptr_t, std::uintptr_t> unmappable(std::uintptr_t addr,
                                                        std::size_t bytes) const;

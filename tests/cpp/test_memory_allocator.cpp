@@ -164,21 +164,6 @@ TEST(MemoryAllocator, WhollyFreeSmallSegmentsMoveToAnotherIdleStream) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
-// Several streams holding large-pool pages map smaller chunks (chunk_for: each stream keeps
-// its own partly used chunks): one stream maps 8 MiB chunks, two map 4 MiB ones.
-TEST(MemoryAllocator, ExpandableChunksShrinkWithStreams) {
-  DeviceAllocator a = make();
-  Stream s1(0), s2(0);
-  auto* b = a.malloc(3 * kMiB, s1.handle());
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(8 * kMiB));
-  auto* c = a.malloc(3 * kMiB, s2.handle());
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(12 * kMiB));
-  a.free(reinterpret_cast<void*>(b->ptr));
-  a.free(reinterpret_cast<void*>(c->ptr));
-  a.empty_cache();
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
-}
-
 // A block used by another stream without record_stream (torch's test_cudnn_multiple_threads_
 // same_device does it: a default-stream tensor read by a side stream's convolution, then
 // freed): its own stream is idle, but the other stream's work still reads the pages, so they
