@@ -328,8 +328,7 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   } else if (cfg_.expandable_segments && caching && !pool.owner && !pool.is_small) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
-    if (cfg_.expandable_segments && caching && &pool == &small_) b = adopt_small_segment(stream);
-    if (!b) b = alloc_segment(pool, caching ? allocation_size(size)
+    b = alloc_segment(pool, caching ? allocation_size(size)
                                     : (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize,
                       stream);
   }

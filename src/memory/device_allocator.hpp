@@ -313,9 +313,6 @@ class DeviceAllocator {
                                  std::size_t keep_bytes);
   void release_expandable(Locked& lock);
   void release_spares();  // queues the destruction of unused spare handles
-  // A wholly free 2 MiB segment of the default small pool that another stream cached, moved
-  // to `stream` while every noted stream is idle (no device call), or nullptr.
-  Block* adopt_small_segment(detail::StreamHandle stream);
   std::size_t chunk_bytes(bool small) const noexcept;  // the unit of a pool kind
   std::size_t chunk_for(bool small, std::size_t pool_bytes) const noexcept;
   // Every stream this allocator has handed memory out on, and the fences of those destroyed

@@ -298,34 +298,6 @@ std::size_t DeviceAllocator::compact_expandable(std::size_t want, const Block* k
   return freed;
 }
 
-Block* DeviceAllocator::adopt_small_segment(detail::StreamHandle stream) {
-  // The small pool keeps plain 2 MiB segments per stream (issue 27: one cudaMalloc instead
-  // of create + map + access), so a stream keeps every segment its busiest moment needed:
-  // server_bert_threads (5 streams) held 42 MiB of small segments for 7 MiB live at its peak,
-  // 5 % of the footprint. A wholly free segment of another stream serves the request instead
-  // of a new cudaMalloc when every stream that allocated here is idle (the rule of page
-  // moves, compact_expandable: the old stream's work on it is over). It costs no device call
-  // and never raises the footprint (the new segment it replaces would add 2 MiB, and the old
-  // stream mallocs later only if it needs one then). Only whole free segments move, so no
-  // segment is ever split between streams (merges stay within one stream). On a GPU, busy
-  // streams stop it, as they stop page moves.
-  if (!routes_.empty() || noted_streams_.size() < 2) return nullptr;
-  Block* found = nullptr;
-  for (detail::StreamHandle s : noted_streams_) {
-    if (s == stream) continue;
-    Block* b = small_.blocks.best_fit(s, kSmallBuffer);
-    if (b && !b->prev && !b->next && b->size == kSmallBuffer && !b->expandable &&
-        b->event_count == 0 && b->stream_uses.empty()) {
-      found = b;
-      break;
-    }
-  }
-  if (!found || !all_noted_streams_idle()) return nullptr;
-  erase_free(small_, found);
-  found->stream = stream;
-  return found;
-}
-
 void DeviceAllocator::release_expandable(Locked& lock) {
   // Free pages of expandable segments are unmapped only once the device has finished the
   // work queued before they were freed (torch synchronises the segment's streams for the

@@ -138,32 +138,6 @@ TEST(MemoryAllocator, ExpandableSegmentsMovePagesOfIdleStreams) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
-// The small pool's 2 MiB segments (plain, one per cudaMalloc) move whole between streams
-// once every stream that allocated is idle (issue 27, adopt_small_segment): a stream no
-// longer keeps the segments its busiest moment needed while another one mallocs new ones.
-TEST(MemoryAllocator, WhollyFreeSmallSegmentsMoveToAnotherIdleStream) {
-  DeviceAllocator a = make();  // the default: expandable large pool, plain small segments
-  Stream s1(0), s2(0);
-  std::atomic<bool> release{false};
-  auto* b = a.malloc(512 * 1024, s1.handle());  // s1's small segment
-  const auto seg = b->ptr;
-  a.free(reinterpret_cast<void*>(b->ptr));
-  keep_busy_until(release, s1);
-  auto* c = a.malloc(kMiB, s2.handle());  // s1 busy: a new segment for s2
-  EXPECT_NE(c->ptr, seg);
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(4 * kMiB));
-  auto* c2 = a.malloc(kMiB, s2.handle());  // fills s2's segment
-  release = true;
-  s1.sync();
-  auto* d = a.malloc(kMiB, s2.handle());
-  EXPECT_EQ(d->ptr, seg) << "s1's wholly free segment serves s2 once s1 is idle";
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, static_cast<std::int64_t>(4 * kMiB));
-  EXPECT_EQ(a.stats().segment[0].allocated, 2) << "no cudaMalloc for it";
-  for (auto* x : {c, c2, d}) a.free(reinterpret_cast<void*>(x->ptr));
-  a.empty_cache();
-  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
-}
-
 // A block used by another stream without record_stream (torch's test_cudnn_multiple_threads_
 // same_device does it: a default-stream tensor read by a side stream's convolution, then
 // freed): its own stream is idle, but the other stream's work still reads the pages, so they
