@@ -178,14 +178,14 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
       RUN_BUDGET=90 bash .device-carry/torch-suite/run.sh /tmp/tsv > "$OUT/tsv.log" 2>&1
     grep -hE "passed|failed" /tmp/tsv/plugin*.log 2>/dev/null | tail -3
     grep -hE "^FAILED|^E  " /tmp/tsv/plugin*.log 2>/dev/null | head -12
-    { timeout 150 python3 bench/torch/compile_check.py --part transformers --allocator native \
-        --out /tmp/cct-n.pt && timeout 150 python3 bench/torch/compile_check.py --part transformers \
-        --allocator cudakit --out /tmp/cct-c.pt &&
-      python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
-    tail -30 "$OUT/cc.log"
     { echo "## bench_profiler (C++)"; timeout 40 build-gpu/bench/bench_profiler
       echo "## bench_trace_size"; timeout 70 python3 bench/profiler/bench_trace_size.py; } > "$OUT/bench.log" 2>&1
     grep -vE "^\s*$" "$OUT/bench.log" | tail -30
+    { timeout 120 python3 bench/torch/compile_check.py --part transformers --allocator native \
+        --out /tmp/cct-n.pt && timeout 120 python3 bench/torch/compile_check.py --part transformers \
+        --allocator cudakit --out /tmp/cct-c.pt &&
+      python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
+    tail -30 "$OUT/cc.log"
     if [ -f .device-carry/probe_viz.py ]; then
       for a in native cudakit; do timeout 40 python3 .device-carry/probe_viz.py $a 2>&1 | tail -9; done
     fi ;;
