@@ -160,6 +160,18 @@ void CUDAGraph::Impl::free_graph_objects() noexcept {
   if (published_exec_id != 0) ids.push_back(published_exec_id);
   graphs::detail::purge(ids);
   if (!detail::is_shutting_down()) {
+    // The garbage collector destroys graphs on whatever thread it runs, also one that is
+    // capturing another graph: destroying an executable graph is a "potentially unsafe" call
+    // under CUDA's capture-mode rules, which fails (CAPTURE_UNSUPPORTED) and invalidates that
+    // capture in global and thread_local modes (the H200 driver's log of
+    // test_traces_beside_16_graph_threads: "API call conflicts with a stream capture sequence
+    // initiated from the calling thread ... from cuGraphExecDestroy"). Relaxed mode on this
+    // thread for the destroys; the exec graph has no part in the capture either way.
+    std::optional<detail::ThreadCaptureModeGuard> relaxed;
+    try {
+      relaxed.emplace(be(), detail::CaptureMode::relaxed);
+    } catch (...) {
+    }
     if (exec != nullptr) {
       try {
         be().graph_exec_destroy(exec);

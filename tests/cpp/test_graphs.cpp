@@ -587,3 +587,36 @@ TEST(Graphs, ConcurrentCapturesOnThreadsDoNotInvalidateEachOther) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0) << first_error;
 }
+
+// The garbage collector (or any owner) may destroy a graph on a thread that is capturing
+// another one. Destroying an executable graph is a "potentially unsafe" call under CUDA's
+// capture-mode rules: on the H200 (driver 580) cuGraphExecDestroy returned
+// CAPTURE_UNSUPPORTED there and the capture in progress was invalidated, in global and in
+// thread_local mode (test_profiler_stress.py's graph threads; the emulated backend applies
+// the same rule). The destroy must leave the capture valid.
+TEST(Graphs, AGraphDestroyedWhileThisThreadCapturesLeavesTheCaptureValid) {
+  REQUIRE_DEVICE();
+  for (CaptureErrorMode mode : {CaptureErrorMode::global, CaptureErrorMode::thread_local_}) {
+    Tensor x = full({8}, Scalar(1.0), device_options());
+    Tensor old_y;
+    auto old = std::make_unique<CUDAGraph>();
+    capture(*old, [&] { old_y = x + 1.0; });
+    old->replay();
+    synchronize();
+    Stream s;
+    s.wait(current_stream());
+    CUDAGraph g;
+    Tensor y;
+    {
+      StreamGuard guard(s);
+      g.capture_begin(std::nullopt, mode);
+      y = x * 2.0;
+      old.reset();  // destroyed inside the capture, on the capturing thread
+      y = y + 1.0;
+      g.capture_end();
+      g.replay();
+    }
+    s.sync();
+    EXPECT_EQ(values(y), std::vector<double>(8, 3.0));
+  }
+}

@@ -16,7 +16,8 @@
 //    device captures, in any mode and from any thread (UNSUPPORTED, as driver 580 does), any use of the legacy default stream of a
 //    device while a blocking stream of that device is capturing, whatever the mode
 //    (CAPTURE_IMPLICIT), joining two different captures (CAPTURE_ISOLATION).
-//  * Capture modes govern "potentially unsafe" calls (only mem_alloc here), as CUDA's
+//  * Capture modes govern "potentially unsafe" calls (mem_alloc, graph_exec_destroy, the
+//    tracer's record buffers here), as CUDA's
 //    cuThreadExchangeStreamCaptureMode rules: a thread whose own mode is global may not make
 //    them while any global capture is live; a thread with a live capture of its own (not
 //    relaxed) may not either; relaxed threads always may. A prohibited call fails with

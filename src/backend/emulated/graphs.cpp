@@ -163,7 +163,13 @@ bool EmulatedBackend::graph_exec_update(GraphExecHandle h, GraphHandle gh, std::
 
 void EmulatedBackend::graph_destroy(GraphHandle h) { delete graph_ptr(h); }
 
-void EmulatedBackend::graph_exec_destroy(GraphExecHandle h) { delete exec_ptr(h); }
+void EmulatedBackend::graph_exec_destroy(GraphExecHandle h) {
+  // As driver 580 on the H200: destroying an executable graph is a "potentially unsafe" call
+  // under the capture-mode rules (CAPTURE_UNSUPPORTED from a thread whose capture it would
+  // conflict with, and that capture is invalidated); the graph is left as it was.
+  check_unsafe_call("graph_exec_destroy");
+  delete exec_ptr(h);
+}
 
 std::vector<GraphNodeInfo> EmulatedBackend::graph_nodes(GraphHandle h) {
   GraphObj* g = graph_ptr(h);
