@@ -340,9 +340,12 @@ def test_the_releasing_calls_stack_is_on_segment_frees_with_context_all(context)
     mem.empty_cache()
     mem._record_memory_history(context=context)
     try:
-        # A segment of its own (a small tensor's 2 MiB segment may hold live blocks of
-        # earlier tests, and then empty_cache frees no segment at all: the GPU's sanitizer pass)
-        x = cudakit.empty(4 << 20, dtype=cudakit.uint8, device="cuda")
+        # Memory of its own to give back: a small tensor's 2 MiB segment (the GPU's sanitizer
+        # pass), or a 4 MiB one carved from a cached segment (the whole emulated suite), may
+        # share its segment with live blocks of earlier tests, and then empty_cache frees no
+        # segment at all. 64 MiB is more than any cached block or expandable chunk (32 MiB):
+        # at least a new segment or a whole chunk goes back.
+        x = cudakit.empty(64 << 20, dtype=cudakit.uint8, device="cuda")
         del x
         mem.empty_cache()
         text = json.dumps(mem._snapshot())
