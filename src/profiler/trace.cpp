@@ -297,7 +297,9 @@ void Trace::stop() {
   // synchronize would invalidate the capture): work still running is then left out, and
   // index_trace says how many records lacked timestamps.
   auto& be = cudakit::detail::backend();
-  if (s.options.synchronize && !exiting && is_initialized()) {
+  // Also when cudakit itself never initialised a device (a trace of torch's work): the
+  // device activity the backend started is what needs the synchronize.
+  if (s.options.synchronize && !exiting && (is_initialized() || s.backend_started)) {
     try {
       // core/capture_gate.hpp: a device synchronize would invalidate live captures
       if (!cudakit::detail::synchronize_unless_capturing([&] { be.activity_synchronize(); })) {

@@ -716,11 +716,31 @@ ActivityStatus CudaBackend::activity_start(ActivitySink* sink, const ActivityCon
 void CudaBackend::activity_synchronize() {
   // cudakit's primary contexts, without retaining any it does not hold already.
   cu_device(0, "activity_synchronize");  // builds the device slots (throws without a driver)
+  const EntryPoints& t = api("activity_synchronize");
   for (int i = 0; i < slot_count_; ++i) {
-    if (slots_[i].ctx.load(std::memory_order_acquire) != nullptr) device_synchronize(i);
+    if (slots_[i].ctx.load(std::memory_order_acquire) != nullptr) {
+      device_synchronize(i);
+      continue;
+    }
+    // A primary context another library made active (torch's work traced by cudakit, which
+    // never touched the device itself): synchronized too, or its kernels' records come back
+    // without timestamps (the H200's gpt2 trace-size run left 617 of them out). Retained only
+    // for the synchronize, and only when already active: no context is created here.
+    unsigned flags = 0;
+    int active = 0;
+    if (!t.cuDevicePrimaryCtxGetState || !t.cuDevicePrimaryCtxRelease) continue;
+    const CUdevice dev = cu_device(i, "activity_synchronize");
+    if (t.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active) continue;
+    CUcontext c = nullptr;
+    if (t.cuDevicePrimaryCtxRetain(&c, dev) != CUDA_SUCCESS) continue;
+    CUcontext previous = nullptr;
+    if (t.cuCtxGetCurrent(&previous) == CUDA_SUCCESS) {
+      if (t.cuCtxSetCurrent(c) == CUDA_SUCCESS) t.cuCtxSynchronize();
+      t.cuCtxSetCurrent(previous);
+    }
+    t.cuDevicePrimaryCtxRelease(dev);
   }
   // Contexts other libraries created while tracing (errors ignored: one may be in teardown).
-  const EntryPoints& t = api("activity_synchronize");
   for (CUcontext c : Session::get().created_contexts()) {
     bool ours = false;
     for (int i = 0; i < slot_count_; ++i) ours = ours || slots_[i].ctx.load() == c;

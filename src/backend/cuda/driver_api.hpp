@@ -52,6 +52,8 @@ namespace cudakit::detail::cuda {
   X(cuDeviceGetPCIBusId, 4010, 12080, true)                   \
   X(cuDeviceCanAccessPeer, 4000, 12080, true)                 \
   X(cuDevicePrimaryCtxRetain, 7000, 12080, true)              \
+  X(cuDevicePrimaryCtxGetState, 7000, 12080, false)           \
+  X(cuDevicePrimaryCtxRelease, 11000, 12080, false)           \
   X(cuCtxSetCurrent, 4000, 12080, true)                       \
   X(cuCtxGetCurrent, 4000, 12080, true)                       \
   X(cuCtxGetDevice, 2000, 12080, true)                        \
