@@ -164,9 +164,9 @@ or test_allocator_backend" NPROC=0 RUN_BUDGET=200 bash $TS/run.sh /tmp/ts26 > "$
     grep -E "^(design|holdout|SKIP)" "$OUT/record.log" | cut -c1-150; head -40 "$OUT/torch_suite.txt" ;;
   verify8)  # ~430 s warm, after `suite` (eighth session's closing check): the profiler stress
     # test twice at 20 s with the driver's log (the capture-gate fix), torch's test_cuda.py
-    # tests that the history changes address (plugin run only), an optional probe
-    # (.device-carry/probe_viz.py, not project code), then a transformers model through eager
-    # and torch.compile on native torch and on cudakit's pool, one after the other.
+    # tests that the history changes address (plugin run only), the tracer benches, a
+    # transformers model through eager and torch.compile on native torch and on cudakit's pool
+    # (one after the other), then bench/torch/memory_viz_probe.py (the two tests left).
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     for i in 1 2; do
       { CUDA_LOG_FILE="$OUT/stress$i.cudalog" CUDAKIT_STRESS_SECONDS=20 timeout 90 python3 -m pytest -q \
@@ -186,8 +186,8 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
         --allocator cudakit --out /tmp/cct-c.pt &&
       python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
     tail -30 "$OUT/cc.log"
-    if [ -f .device-carry/probe_viz.py ]; then
-      for a in native cudakit; do timeout 40 python3 .device-carry/probe_viz.py $a 2>&1 | tail -9; done
-    fi ;;
+    for w in plots viz; do for a in native cudakit; do
+      timeout 40 python3 bench/torch/memory_viz_probe.py $w $a 2>&1 | tail -9
+    done; done ;;
   *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8" >&2; exit 2 ;;
 esac

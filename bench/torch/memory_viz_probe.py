@@ -1,0 +1,72 @@
+"""Diagnosis of the two torch test_cuda.py tests that still fail on cudakit's pool (issue 26),
+natively and on cudakit side by side (GPU only; not a test):
+
+    python3 bench/torch/memory_viz_probe.py plots  native|cudakit   # test_memory_plots' snapshot
+    python3 bench/torch/memory_viz_probe.py viz    native|cudakit   # test_memory_profiler_viz
+
+plots: for each (context, stacks) of torch's test, the trace's actions and sizes before and
+after torch's trace_plot(filter_freed=True), which filters the snapshot in place (the test then
+looks for the allocation's size, 65536, in what is left), and the segments' block sizes.
+viz: the profiler's allocation events, their ids and Python parents, and whether the
+snapshot built from them (_profile_to_snapshot) names this file.
+"""
+import json
+import sys
+
+
+def _torch(mode):
+    if mode == "cudakit":
+        import cudakit.memory as m
+        m.use_with_torch()
+    import torch
+    return torch
+
+
+def plots(torch):
+    from torch.cuda._memory_viz import trace_plot
+    for context, stacks in (("all", "all"), ("all", "python"), (None, "python")):
+        torch.cuda.memory.empty_cache()
+        torch.cuda.memory._record_memory_history("all", context=context, stacks=stacks)
+        try:
+            def run():
+                x = torch.rand(128, 128, device="cuda")
+                x * x + x * x
+
+            run()
+            ss = torch.cuda.memory._snapshot()
+            before = [(e["action"], e["size"]) for t in ss["device_traces"] for e in t]
+            trace_plot(ss, filter_freed=True)
+            after = [(e["action"], e["size"]) for t in ss["device_traces"] for e in t]
+            blocks = [[(b["state"], b["size"]) for b in s["blocks"]] for s in ss["segments"]]
+            print(context, stacks, "| trace:", before, "| after filter_freed:", after,
+                  "| blocks:", blocks[:4], "| 65536 in text:", "65536" in json.dumps(ss))
+        finally:
+            torch.cuda.memory._record_memory_history(None)
+
+
+def viz(torch):
+    from torch._C._profiler import _EventType
+    from torch.cuda._memory_viz import _profile_to_snapshot
+    from torch.profiler._memory_profiler import TensorKey
+    torch.zeros(1, device="cuda")
+    with torch.profiler.profile(with_stack=True, profile_memory=True, record_shapes=True) as prof:
+        x = torch.rand(128, 128, device="cuda")
+        x * x + x * x
+    allocs = [e for e in prof._memory_profile()._op_tree.sorted_nodes
+              if e.tag == _EventType.Allocation]
+    print("allocation events:", len(allocs))
+    for e in allocs[:6]:
+        f = e.extra_fields
+        chain, p = [], e.parent
+        while p:
+            chain.append((str(p.tag).split(".")[-1], p.name[:40]))
+            p = p.parent
+        print("  size", f.alloc_size, "device", f.device, "id", f.id,
+              "key", TensorKey.from_allocation(f) is not None, "parents", chain[:5])
+    print("this file in the snapshot:", "memory_viz_probe.py" in json.dumps(_profile_to_snapshot(prof)))
+
+
+if __name__ == "__main__":
+    what, mode = sys.argv[1], sys.argv[2]
+    print(f"== {what} ({mode})")
+    {"plots": plots, "viz": viz}[what](_torch(mode))
