@@ -717,9 +717,21 @@ void CudaBackend::activity_synchronize() {
   // cudakit's primary contexts, without retaining any it does not hold already.
   cu_device(0, "activity_synchronize");  // builds the device slots (throws without a driver)
   const EntryPoints& t = api("activity_synchronize");
+  // Another library's context, made current for the synchronize only (errors ignored: one may
+  // be in teardown); each one once.
+  std::vector<CUcontext> synced;
+  auto sync_foreign = [&](CUcontext c) {
+    if (std::find(synced.begin(), synced.end(), c) != synced.end()) return;
+    synced.push_back(c);
+    CUcontext previous = nullptr;
+    if (t.cuCtxGetCurrent(&previous) != CUDA_SUCCESS) return;
+    if (t.cuCtxSetCurrent(c) == CUDA_SUCCESS) t.cuCtxSynchronize();
+    t.cuCtxSetCurrent(previous);
+  };
   for (int i = 0; i < slot_count_; ++i) {
-    if (slots_[i].ctx.load(std::memory_order_acquire) != nullptr) {
+    if (CUcontext ours = slots_[i].ctx.load(std::memory_order_acquire)) {
       device_synchronize(i);
+      synced.push_back(ours);
       continue;
     }
     // A primary context another library made active (torch's work traced by cudakit, which
@@ -733,23 +745,11 @@ void CudaBackend::activity_synchronize() {
     if (t.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active) continue;
     CUcontext c = nullptr;
     if (t.cuDevicePrimaryCtxRetain(&c, dev) != CUDA_SUCCESS) continue;
-    CUcontext previous = nullptr;
-    if (t.cuCtxGetCurrent(&previous) == CUDA_SUCCESS) {
-      if (t.cuCtxSetCurrent(c) == CUDA_SUCCESS) t.cuCtxSynchronize();
-      t.cuCtxSetCurrent(previous);
-    }
+    sync_foreign(c);
     t.cuDevicePrimaryCtxRelease(dev);
   }
-  // Contexts other libraries created while tracing (errors ignored: one may be in teardown).
-  for (CUcontext c : Session::get().created_contexts()) {
-    bool ours = false;
-    for (int i = 0; i < slot_count_; ++i) ours = ours || slots_[i].ctx.load() == c;
-    if (ours) continue;
-    CUcontext previous = nullptr;
-    if (t.cuCtxGetCurrent(&previous) != CUDA_SUCCESS) continue;
-    if (t.cuCtxSetCurrent(c) == CUDA_SUCCESS) t.cuCtxSynchronize();
-    t.cuCtxSetCurrent(previous);
-  }
+  // Contexts other libraries created while tracing.
+  for (CUcontext c : Session::get().created_contexts()) sync_foreign(c);
 }
 
 void CudaBackend::activity_flush() { Session::get().flush(); }
