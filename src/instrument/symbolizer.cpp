@@ -228,7 +228,7 @@ std::shared_ptr<const ObjectInfo> object_info(const std::string& path) {
 }
 
 struct Pending {
-  void* pc;
+  std::size_t index;    // into prepare_cpp_frame_symbols' list of new addresses
   std::uintptr_t addr;  // in the object's own address space (what addr2line takes)
 };
 
@@ -277,24 +277,22 @@ CppFrameSymbol cpp_frame_name(void* pc) { return resolve(pc, nullptr, nullptr); 
 
 void prepare_cpp_frame_symbols(const std::vector<void*>& pcs) {
   Caches& c = caches();
-  std::map<std::string, std::vector<Pending>> by_object;  // objects with line tables
   std::vector<std::pair<void*, CppFrameSymbol>> done;
   {
-    // Two threads may symbolise the same address at once: both get the same answer, and the
-    // cache keeps one of them.
+    // Two threads may symbolise the same address at once (or `pcs` repeat one): each answer
+    // is the same, and the cache keeps one.
     std::lock_guard lock(c.mutex);
-    std::unordered_map<void*, bool> seen;
     for (void* pc : pcs)
-      if (!c.symbols.count(pc) && seen.emplace(pc, true).second) done.emplace_back(pc, CppFrameSymbol{});
+      if (!c.symbols.count(pc)) done.emplace_back(pc, CppFrameSymbol{});
   }
   const bool want_lines = lines_wanted();
-  for (auto& [pc, sym] : done) {
+  std::map<std::string, std::vector<Pending>> by_object;  // objects with line tables
+  for (std::size_t i = 0; i < done.size(); ++i) {
     std::string object;
     std::uintptr_t addr = 0;
-    sym = resolve(pc, want_lines ? &object : nullptr, &addr);
-    if (!object.empty()) by_object[object].push_back({pc, addr});
+    done[i].second = resolve(done[i].first, want_lines ? &object : nullptr, &addr);
+    if (!object.empty()) by_object[object].push_back({i, addr});
   }
-  std::unordered_map<void*, std::pair<std::string, int>> lines;
   for (auto& [path, pending] : by_object) {
     // Batches keep the command line well under the kernel's argument limit.
     constexpr std::size_t kBatch = 512;
@@ -303,18 +301,16 @@ void prepare_cpp_frame_symbols(const std::vector<void*>& pcs) {
       const std::size_t end = std::min(pending.size(), i + kBatch);
       for (std::size_t k = i; k < end; ++k) addrs.push_back(pending[k].addr);
       const auto found = addr2line(path, addrs);
-      for (std::size_t k = 0; k < found.size(); ++k)
-        if (found[k].second > 0) lines[pending[i + k].pc] = found[k];
+      for (std::size_t k = 0; k < found.size(); ++k) {
+        if (found[k].second <= 0) continue;
+        CppFrameSymbol& sym = done[pending[i + k].index].second;
+        sym.file = std::filesystem::path(found[k].first).lexically_normal().string();
+        sym.line = found[k].second;
+      }
     }
   }
   std::lock_guard lock(c.mutex);
-  for (auto& [pc, sym] : done) {
-    if (auto it = lines.find(pc); it != lines.end()) {
-      sym.file = std::filesystem::path(it->second.first).lexically_normal().string();
-      sym.line = it->second.second;
-    }
-    c.symbols[pc] = std::move(sym);
-  }
+  for (auto& [pc, sym] : done) c.symbols[pc] = std::move(sym);
 }
 
 CppFrameSymbol cpp_frame_symbol(void* pc) {
