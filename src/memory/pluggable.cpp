@@ -53,7 +53,9 @@ struct PluggedCall {
 thread_local PluggedCall t_plugged_call;
 }  // namespace
 
-bool refuse_reentry_from_plugged_allocator() noexcept {
+std::atomic<int> g_plugged_calls_in_flight{0};
+
+bool refuse_reentry_slow() noexcept {
   PluggedCall& c = t_plugged_call;
   if (c.depth == 0) return false;
   c.reentered = true;
@@ -74,6 +76,7 @@ void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHa
   PluggedCall& call = t_plugged_call;
   ++call.depth;
   call.reentered = false;
+  g_plugged_calls_in_flight.fetch_add(1, std::memory_order_relaxed);
   void* p = nullptr;
   std::exception_ptr error;  // a plug-in that throws (torch's hooks do): after the bookkeeping
   try {
@@ -81,6 +84,7 @@ void* PluggedAllocator::allocate(std::size_t bytes, int device, detail::StreamHa
   } catch (...) {
     error = std::current_exception();
   }
+  g_plugged_calls_in_flight.fetch_sub(1, std::memory_order_relaxed);
   --call.depth;
   if (std::exchange(call.reentered, false)) {
     if (p) free_(p, static_cast<ssize_t>(bytes), device, stream);

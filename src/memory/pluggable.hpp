@@ -8,6 +8,7 @@
 // the plug-in functions are called outside it (they must be thread-safe, as in torch).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,14 @@ namespace cudakit::memory {
 // allocate() marks its call into the plug-in; the plug-in entry points ask
 // refuse_reentry_from_plugged_allocator() first, and allocate() turns a refused call into a
 // ValueError that says what to do instead. True: refused (the caller must not allocate).
-bool refuse_reentry_from_plugged_allocator() noexcept;
+// Inline as far as one relaxed load of the count of plug-in calls in flight in the process:
+// torch's every allocation asks, and the thread-local is read only while some plug-in runs
+// (a thread sees its own increment, the only one that matters here).
+extern std::atomic<int> g_plugged_calls_in_flight;
+bool refuse_reentry_slow() noexcept;
+inline bool refuse_reentry_from_plugged_allocator() noexcept {
+  return g_plugged_calls_in_flight.load(std::memory_order_relaxed) != 0 && refuse_reentry_slow();
+}
 
 class PluggedAllocator {
  public:
