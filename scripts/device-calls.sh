@@ -189,5 +189,30 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     for w in plots viz; do for a in native cudakit; do
       timeout 40 python3 bench/torch/memory_viz_probe.py $w $a 2>&1 | tail -9
     done; done ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8" >&2; exit 2 ;;
+  verify9)  # ~450 s cold (ninth session's diagnostic call): build; the green-context test file
+    # three times with the driver's log (the capture invalidation of the eighth session's last
+    # suite run); the profiler stress test once at 20 s; the two torch test_cuda.py tests left
+    # (probe, native and cudakit); the tracer benches (issue 28 items 1, 4, 5); a transformers
+    # model through eager and torch.compile natively and on cudakit's pool (issue 26).
+    STEPS="build" bash scripts/gpu-check.sh "$OUT" > /dev/null 2>&1; tail -3 "$OUT/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    for i in 1 2 3; do
+      CUDA_LOG_FILE="$OUT/green$i.cudalog" timeout 60 python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_green_contexts.py > "$OUT/green$i.log" 2>&1; tail -1 "$OUT/green$i.log"
+    done
+    { CUDA_LOG_FILE="$OUT/stress.cudalog" CUDAKIT_STRESS_SECONDS=20 timeout 90 python3 -m pytest -q \
+        -p no:cacheprovider tests/python/test_profiler_stress.py; echo "rc=$?"; } > "$OUT/stress.log" 2>&1
+    tail -2 "$OUT/stress.log"
+    for w in plots viz; do for a in native cudakit; do
+      timeout 40 python3 bench/torch/memory_viz_probe.py $w $a 2>&1 | grep -v Warning | tail -9 | cut -c1-900
+    done; done
+    { echo "## bench_profiler (C++)"; timeout 40 build-gpu/bench/bench_profiler
+      echo "## bench_trace_size"; timeout 70 python3 bench/profiler/bench_trace_size.py; } > "$OUT/bench.log" 2>&1
+    grep -vE "^\s*$" "$OUT/bench.log" | tail -30
+    { timeout 120 python3 bench/torch/compile_check.py --part transformers --allocator native \
+        --out /tmp/cct-n.pt && timeout 120 python3 bench/torch/compile_check.py --part transformers \
+        --allocator cudakit --out /tmp/cct-c.pt &&
+      python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
+    tail -14 "$OUT/cc.log" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9" >&2; exit 2 ;;
 esac

@@ -14,6 +14,25 @@ import json
 import sys
 
 
+def _paths_with(obj, needle, path="", out=None):
+    """Where a value's text holds needle (key paths, first few): which snapshot field carries
+    the allocation's size after trace_plot(filter_freed=True) natively."""
+    out = [] if out is None else out
+    if len(out) >= 6:
+        return out
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if needle in str(k):
+                out.append(f"{path}/{k} (key)")
+            _paths_with(v, needle, f"{path}/{k}", out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _paths_with(v, needle, f"{path}[{i}]", out)
+    elif needle in json.dumps(obj):
+        out.append(f"{path} = {json.dumps(obj)[:60]}")
+    return out
+
+
 def _torch(mode):
     if mode == "cudakit":
         import cudakit.memory as m
@@ -39,7 +58,8 @@ def plots(torch):
             after = [(e["action"], e["size"]) for t in ss["device_traces"] for e in t]
             blocks = [[(b["state"], b["size"]) for b in s["blocks"]] for s in ss["segments"]]
             print(context, stacks, "| trace:", before, "| after filter_freed:", after,
-                  "| blocks:", blocks[:4], "| 65536 in text:", "65536" in json.dumps(ss))
+                  "| blocks:", blocks[:4], "| 65536 in text:", "65536" in json.dumps(ss),
+                  "| where:", _paths_with(ss, "65536"))
         finally:
             torch.cuda.memory._record_memory_history(None)
 

@@ -57,6 +57,15 @@ struct GreenContext::Impl {
   ~Impl() {
     if (detail::is_shutting_down()) return;  // no device calls during process exit
     auto& be = detail::backend();
+    // The garbage collector may drop the last reference on a thread that is capturing a
+    // graph: the synchronizes and destroys below are "potentially unsafe" calls that would
+    // invalidate that capture in global and thread_local mode. None of them is part of it, so
+    // they run in relaxed mode (as a graph's destroy does, graphs/cuda_graph.cpp).
+    std::optional<detail::ThreadCaptureModeGuard> relaxed;
+    try {
+      relaxed.emplace(be, detail::CaptureMode::relaxed);
+    } catch (...) {
+    }
     auto drop = [&](detail::StreamHandle s) {
       if (!s) return;
       try {

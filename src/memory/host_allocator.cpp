@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <thread>
 
+#include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
 #include "devices/resolve.hpp"
 #include "memory/deferred_free.hpp"
@@ -191,6 +193,11 @@ bool HostAllocator::free(void* ptr) {
 
 void HostAllocator::process_events() {
   detail::Backend& be = detail::backend();
+  // While a graph is captured on some thread, the queries (of events recorded outside it) run
+  // in relaxed mode: CUDA refuses them as "potentially unsafe" otherwise, and invalidates the
+  // capture, from the capturing thread or, in global mode, from this background thread.
+  std::optional<detail::ThreadCaptureModeGuard> relaxed;
+  if (detail::live_captures() != 0) relaxed.emplace(be, detail::CaptureMode::relaxed);
   std::size_t keep = 0;
   for (void* p : pending_) {
     HostBlock& b = blocks_[p];

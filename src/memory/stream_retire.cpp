@@ -16,6 +16,7 @@
 // with the handle now look like its own.
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "core/capture_gate.hpp"
@@ -27,10 +28,12 @@
 namespace cudakit::memory {
 
 void DeviceAllocator::note_new_stream(detail::StreamHandle stream) {
-  last_noted_stream_ = stream;
-  for (detail::StreamHandle s : noted_streams_)
-    if (s == stream) return;
-  noted_streams_.push_back(stream);
+  for (detail::StreamHandle s : noted_streams_) {
+    if (s == stream) {
+      last_noted_stream_ = stream;
+      return;
+    }
+  }
   // The driver handed a destroyed stream's handle out again (the H200 does at once): the free
   // blocks tagged with it look like this stream's own and would be reused in its order
   // without waiting for the old stream's work. The new stream waits for the old one's fence
@@ -40,16 +43,30 @@ void DeviceAllocator::note_new_stream(detail::StreamHandle stream) {
     // (No fence: recording failed, in practice only on a stream destroyed mid-capture,
     // whose capture the destroy invalidates; nothing to order against.)
     if (retired_[i].fence && !fence_done(i)) {
+      // A new stream whose first allocation comes while it captures (a graph's first kernel
+      // on a fresh side stream: test_graphs_on_a_green_stream on the H200, where the handle of
+      // the previous test's stream came back at once): the wait would put an event recorded
+      // outside the capture into it. The capture allocates from its graph's pool, not from
+      // the blocks tagged with the old handle, so the stream is left un-noted and the wait
+      // happens at its first allocation after the capture.
+      try {
+        if (backend_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none)
+          return;
+      } catch (...) {
+        return;
+      }
       try {
         backend_.stream_wait_event(stream, retired_[i].fence);
       } catch (...) {
-        return;  // keep the fence: all_noted_streams_idle still asks it
+        break;  // keep the fence: all_noted_streams_idle still asks it
       }
     }
     recycle_fence(retired_[i]);
     retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
     break;
   }
+  noted_streams_.push_back(stream);
+  last_noted_stream_ = stream;
 }
 
 void DeviceAllocator::retire_stream(detail::StreamHandle stream) noexcept {
@@ -92,6 +109,10 @@ bool DeviceAllocator::fence_done(std::size_t i) noexcept {
   detail::EventHandle e = retired_[i].fence;
   if (!e) return false;
   try {
+    // In relaxed capture mode: a query of an event recorded outside any capture has no part
+    // in one, but CUDA refuses it as "potentially unsafe" (and invalidates the capture) from
+    // a thread that captures, or from any thread while another captures in global mode.
+    detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
     return backend_.event_query(e);
   } catch (...) {
     return false;
@@ -134,6 +155,15 @@ bool DeviceAllocator::all_noted_streams_idle() noexcept {
   // is beginning, and then the answer is "not idle" anyway.
   std::unique_lock<std::mutex> gate(detail::capture_start_mutex(), std::try_to_lock);
   if (!gate.owns_lock() || detail::live_captures() != 0) return false;
+  // A capture cudakit does not count (another library's) may still be live on some thread:
+  // the queries of streams that are not capturing are made in relaxed mode, where CUDA
+  // allows them (fence_done explains the rule).
+  std::optional<detail::ThreadCaptureModeGuard> relaxed;
+  try {
+    relaxed.emplace(backend_, detail::CaptureMode::relaxed);
+  } catch (...) {
+    return false;
+  }
   // A capture begun outside cudakit's graphs (a raw cuStreamBeginCapture) is not counted: the
   // created streams' capture states are asked before any stream is queried (the legacy stream
   // cannot capture, and asking it about capture while a blocking stream captures is itself

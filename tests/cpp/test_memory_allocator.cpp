@@ -215,6 +215,49 @@ TEST(MemoryAllocator, ADestroyedBusyStreamsPagesStayUntilItsWorkIsDone) {
   a.empty_cache();
 }
 
+// A stream whose handle a destroyed, still-busy stream had (the driver hands handles out again
+// at once) makes its first allocation inside a graph capture: a new side stream's first
+// kernel (torch's test pattern; test_graphs_on_a_green_stream failed so on the H200). The
+// allocator must neither query the old stream's fence event in a way CUDA forbids during a
+// capture nor put a wait on it into the capture: the capture stays valid, and the wait comes
+// at the stream's first allocation after it.
+TEST(MemoryAllocator, AReusedHandlesFirstAllocationInACaptureLeavesTheCaptureValid) {
+  detail::Backend& be = detail::backend();
+  DeviceAllocator a = make();
+  Stream s(0);
+  std::atomic<bool> release{false};
+  auto* b = a.malloc(2 * kMiB, s.handle());
+  keep_busy_until(release, s);  // the old stream's work, still running
+  a.free(reinterpret_cast<void*>(b->ptr));
+  a.retire_stream(s.handle());  // as if s were destroyed and its handle came back at once
+  ASSERT_EQ(a.retired_streams_pending(), 1u);
+  const MempoolId pool{0, 4242};
+  a.create_pool(pool, false, false);
+  const detail::StreamHandle h = s.handle();
+  a.begin_allocate_to_pool(pool, [h](detail::StreamHandle x) { return x == h; });
+  be.stream_begin_capture(h, detail::CaptureMode::global);
+  auto* c = a.malloc(1 * kMiB, h);
+  EXPECT_EQ(be.stream_capture_status(h, nullptr), detail::CaptureStatus::active)
+      << "the first allocation of a reused handle invalidated the capture";
+  a.free(reinterpret_cast<void*>(c->ptr));
+  detail::GraphHandle g = nullptr;
+  try {
+    g = be.stream_end_capture(h);
+  } catch (const Error&) {
+  }
+  a.end_allocate_to_pool(pool);
+  if (g) be.graph_destroy(g);
+  a.release_pool(pool);
+  EXPECT_EQ(a.retired_streams_pending(), 1u) << "the old fence was dropped without a wait";
+  auto* d = a.malloc(2 * kMiB, h);  // first allocation after the capture: the wait
+  EXPECT_EQ(a.retired_streams_pending(), 0u);
+  EXPECT_FALSE(s.is_done()) << "the stream does not wait for the old stream's work";
+  release = true;
+  s.sync();
+  a.free(reinterpret_cast<void*>(d->ptr));
+  a.empty_cache();
+}
+
 TEST(MemoryAllocator, RecordStreamDefersReuse) {
   DeviceAllocator a = make();
   Stream s1(0), s2(0);

@@ -94,6 +94,7 @@ std::pair<std::shared_ptr<Stream>, std::uint64_t> recorded_position(Event& ev, c
 }  // namespace
 
 bool EmulatedBackend::event_query(EventHandle e) {
+  check_unsafe_call("event_query");
   auto [st, seq] = recorded_position(*event_ptr(e), "event_query");
   return !st || reached(*st, seq);  // never recorded → complete, as CUDA
 }
@@ -101,6 +102,7 @@ bool EmulatedBackend::event_query(EventHandle e) {
 void EmulatedBackend::event_synchronize(EventHandle e) {
   ApiCall api(*this, "cuEventSynchronize", cbid::cuEventSynchronize);
   Event* ev = event_ptr(e);
+  check_unsafe_call("event_synchronize");
   auto [st, seq] = recorded_position(*ev, "event_synchronize");
   SyncWait wait(*this, SyncKind::event_synchronize, st.get(), ev->device, api.correlation());
   if (st) wait_reached(*st, seq);

@@ -325,6 +325,7 @@ void EmulatedBackend::stream_destroy(StreamHandle h) {
 bool EmulatedBackend::stream_query(StreamHandle h) {
   Stream* s = resolve(h);
   check_sync_during_capture(*s, "stream_query");
+  check_unsafe_call("stream_query");
   throw_if_failed(*s);
   {
     std::lock_guard lk(s->mu);
@@ -346,6 +347,7 @@ void EmulatedBackend::stream_synchronize(StreamHandle h) {
   ApiCall api(*this, "cuStreamSynchronize", cbid::cuStreamSynchronize);
   Stream* s = resolve(h);
   check_sync_during_capture(*s, "stream_synchronize");
+  check_unsafe_call("stream_synchronize");
   SyncWait wait(*this, SyncKind::stream_synchronize, s, s->device->index, api.correlation());
   sync_stream(*s);
 }
