@@ -5,7 +5,8 @@
 //   2. Trace::stop() (flush + collection + indexing) for that trace;
 //   3. export_chrome_trace: seconds per million events, for that trace and for a large one
 //      (~1M events; goal <= 0.3 s per million, torch 2.11: 1.64 s per million);
-//   4. memory per buffered kernel record (goal <= 100 bytes).
+//   4. memory per buffered kernel record (goal <= 100 bytes);
+//   5. the overhead of item 1 with fewer sources traced (where it goes).
 // Medians of 5 runs. Prints a markdown table (scripts/gpu-check.sh collects "|" lines).
 //
 // Run: CUDAKIT_BACKEND=cuda build/bench/bench_profiler [--large-kernels N]
@@ -117,6 +118,36 @@ int main(int argc, char** argv) {
   }
   const double p = median(plain), tr = median(traced);
 
+  // Where the overhead goes: the same loop traced with fewer sources (as bench_profiler.py).
+  // "device records only" is CUPTI's kernel activity and cudakit's record handling; what the
+  // full trace adds above it is the API records (CUPTI's DRIVER kind intercepts each launch).
+  struct Breakdown {
+    const char* label;
+    bool api, nvtx, memory, graphs, device;
+    double ratio = 0;
+  };
+  std::vector<Breakdown> breakdown = {
+      {"no api records (CUPTI DRIVER/RUNTIME off)", false, true, true, true, true},
+      {"device records only", false, false, false, false, true},
+      {"no device part (cudakit's own events)", false, true, true, true, false}};
+  for (Breakdown& b : breakdown) {
+    std::vector<double> pl, tb;
+    for (int r = 0; r < kRuns; ++r) {
+      pl.push_back(add_loop(x, one, kKernels));
+      profiler::TraceOptions o;
+      o.synchronize = false;
+      o.api = b.api;
+      o.nvtx = b.nvtx;
+      o.memory = b.memory;
+      o.graphs = b.graphs;
+      o.device = b.device;
+      profiler::Trace t(o);
+      tb.push_back(add_loop(x, one, kKernels));
+      t.stop();
+    }
+    b.ratio = median(tb) / median(pl);
+  }
+
   // A large trace for the export rate (host-side work; kernels only to fill it).
   Exported large;
   {
@@ -143,6 +174,8 @@ int main(int argc, char** argv) {
   std::printf("| %d x add_ + sync, traced | %.1f ms | torch.profiler: 200 ms |\n", kKernels,
               tr * 1e3);
   std::printf("| tracing overhead | %.2fx | <= 1.05x from C++ (issue 28 item 4; torch.profiler 1.73x from Python) |\n", tr / p);
+  for (const Breakdown& b : breakdown)
+    std::printf("| tracing overhead, %s | %.2fx | |\n", b.label, b.ratio);
   std::printf("| stop() for %d kernels | %.1f ms | |\n", kKernels, median(stop_s) * 1e3);
   auto per_m = [](const Exported& e, double s) { return e.events ? s / e.events * 1e6 : 0.0; };
   std::printf("| export, %zu events (%.1f MB) | %.1f ms = %.2f s per million (CPU %.2f) | "

@@ -102,7 +102,6 @@ bool EmulatedBackend::event_query(EventHandle e) {
 void EmulatedBackend::event_synchronize(EventHandle e) {
   ApiCall api(*this, "cuEventSynchronize", cbid::cuEventSynchronize);
   Event* ev = event_ptr(e);
-  check_unsafe_call("event_synchronize");
   auto [st, seq] = recorded_position(*ev, "event_synchronize");
   SyncWait wait(*this, SyncKind::event_synchronize, st.get(), ev->device, api.correlation());
   if (st) wait_reached(*st, seq);

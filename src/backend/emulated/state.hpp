@@ -522,12 +522,14 @@ class EmulatedBackend final : public Backend {
   void record_node_locked(Stream& s, GraphNodeType type, const std::string& label,
                           HostTask&& fn, std::uintptr_t event = 0,
                           const OpTrace& trace = {});  // capture_mu_ held, s.cap valid
-  // "Potentially unsafe" calls (mem_alloc, event/stream queries and synchronizes, exec-graph
-  // destroys) under CUDA's capture-mode rules: throws CAPTURE_UNSUPPORTED and invalidates the
-  // offending capture(s) when prohibited. A query of a stream or event that has nothing to
-  // do with the capture is still prohibited: from the capturing thread in global and
-  // thread_local mode, and from any thread in global mode while a global capture is live
-  // (the well-known failure of a watchdog thread's cuEventQuery beside torch's captures).
+  // "Potentially unsafe" calls (mem_alloc, event and stream queries, exec-graph destroys)
+  // under CUDA's capture-mode rules: throws CAPTURE_UNSUPPORTED and invalidates the offending
+  // capture(s) when prohibited. A query of an event or stream that has nothing to do with
+  // the capture is prohibited too: from the capturing thread in global and thread_local
+  // mode, and from any thread in global mode while a global capture is live (the known
+  // failure of a watchdog thread's cuEventQuery beside torch's global-mode captures).
+  // Synchronizes of unrelated streams and events are not modelled as unsafe (no evidence
+  // either way from the H200 yet).
   void check_unsafe_call(const char* what);
   // event_record / stream_wait_event under capture (fork/join); true when handled.
   bool capture_record(Event& ev, Stream& s);
