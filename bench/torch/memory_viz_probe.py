@@ -75,6 +75,9 @@ def viz(torch):
     allocs = [e for e in prof._memory_profile()._op_tree.sorted_nodes
               if e.tag == _EventType.Allocation]
     print("allocation events:", len(allocs))
+    if "cudakit" in sys.modules:
+        import cudakit.memory as m
+        print("profiler reporter:", m.torch_interop_state()["profiler_reporter"])
     for e in allocs[:6]:
         f = e.extra_fields
         chain, p = [], e.parent

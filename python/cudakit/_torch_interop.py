@@ -175,10 +175,12 @@ def _install_profiler_reporter(torch: Any) -> bool:
         enabled, report = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                            for name in _PROFILER_SYMBOLS)
     except (OSError, AttributeError) as e:
+        _state["profiler_reporter"] = f"libc10's reporting functions not found in {path}: {e}"
         _log.info("cudakit.memory.use_with_torch: torch.profiler's memory events stay empty "
-                  "(libc10's reporting functions not found: %s)", e)
+                  "(%s)", _state["profiler_reporter"])
         return False
     _C._mem_torch_set_memory_reporter(enabled, report)
+    _state["profiler_reporter"] = f"installed from {path}"
     return True
 
 
@@ -772,4 +774,6 @@ def state() -> dict[str, Any]:
     return {"allocator_installed": _state["allocator"] is not None,
             "torch_called_hooks": bool(_C._mem_torch_hooks_used()),
             "memory_api_patched": bool(_state["patches"]),
-            "patched": patched_names()}
+            "patched": patched_names(),
+            # how torch.profiler(profile_memory=True) learns of torch's allocations here
+            "profiler_reporter": _state.get("profiler_reporter", "not installed")}

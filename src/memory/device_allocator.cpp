@@ -548,7 +548,11 @@ void DeviceAllocator::free_block(Block* b, bool stats_done) {
   }
   if (pool.owner) --pool.owner->live_blocks;
   trace_.drop_stack(b);
-  b->requested = 0;
+  // b->requested stays: a free block shows the size last requested of it (b absorbs its
+  // free neighbours below, so a merged block shows the last freed part's), as torch's
+  // snapshots do; torch's test_memory_plots finds the freed tensor's size (65536) only there
+  // once trace_plot(filter_freed=True) has dropped the trace's frees. Only allocated blocks'
+  // requested sizes enter statistics and sums.
 
   if (b->uncached) {
     // Caching disabled: the block is its own segment; give it straight back.

@@ -280,6 +280,22 @@ mem.caching_allocator_delete(p)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
 
+def test_a_freed_blocks_snapshot_keeps_the_size_last_requested_of_it(ck):
+    # As torch's snapshots: the inactive block a freed tensor leaves shows the size that was
+    # requested of it (torch's test_memory_plots looks for it there once
+    # trace_plot(filter_freed=True) has dropped the frees from the trace).
+    m = ck.memory
+    m.empty_cache()
+    x = ck.rand(128, 128, device="cuda")
+    addr = x.data_ptr()
+    del x
+    blocks = [b for s in m.memory_snapshot() for b in s["blocks"]
+              if b["address"] <= addr < b["address"] + b["size"]]
+    assert len(blocks) == 1 and blocks[0]["state"] == "inactive", blocks
+    assert blocks[0]["requested_size"] == 128 * 128 * 4
+    assert m.memory_stats()["requested_bytes.all.current"] == 0
+
+
 def test_snapshot_history_and_pickle(tmp_path):
     mem._record_memory_history(max_entries=1000)
     p = mem.caching_allocator_alloc(3 << 20)

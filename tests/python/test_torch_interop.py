@@ -61,6 +61,9 @@ def test_install_hands_torch_every_hook(interop, torch):
     assert len(set(hooks.values())) == len(hooks), "one distinct function per hook"
     state = interop.torch_interop_state()
     assert state["allocator_installed"] and not state["memory_api_patched"]
+    # a torch without libc10's profiler entry points: the state says why its profiler sees
+    # no allocations
+    assert state["profiler_reporter"].startswith("libc10's reporting functions not found")
     # not patched: torch's own errors remain (the warning said so)
     with pytest.raises(RuntimeError, match="does not yet support getDeviceStats"):
         torch.cuda.memory_allocated()
