@@ -17,6 +17,19 @@ cd "$(dirname "$0")/.."
 : "${OUT:?OUT must name the output folder}"
 export PATH=/usr/local/cuda/bin:$PATH
 TRACES=${TRACES_DIR:-.device-carry/traces}
+# The tracer benches of issue 28 (C++ overhead and its breakdown, export, trace size vs torch).
+tracer_benches() {
+  { echo "## bench_profiler (C++)"; timeout 60 build-gpu/bench/bench_profiler
+    echo "## bench_trace_size"; timeout 70 python3 bench/profiler/bench_trace_size.py; } > "$OUT/bench.log" 2>&1
+  grep -vE "^\s*$" "$OUT/bench.log" | tail -30
+}
+# A transformers model through eager and torch.compile, natively then on cudakit (issue 26).
+compile_check_both() {
+  { timeout 120 python3 bench/torch/compile_check.py --part transformers --allocator native \
+      --out /tmp/cct-n.pt && timeout 120 python3 bench/torch/compile_check.py --part transformers \
+      --allocator cudakit --out /tmp/cct-c.pt &&
+    python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
+}
 case "${1:-}" in
   tests)
     STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
@@ -178,13 +191,8 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
       RUN_BUDGET=90 bash .device-carry/torch-suite/run.sh /tmp/tsv > "$OUT/tsv.log" 2>&1
     grep -hE "passed|failed" /tmp/tsv/plugin*.log 2>/dev/null | tail -3
     grep -hE "^FAILED|^E  " /tmp/tsv/plugin*.log 2>/dev/null | head -12
-    { echo "## bench_profiler (C++)"; timeout 60 build-gpu/bench/bench_profiler
-      echo "## bench_trace_size"; timeout 70 python3 bench/profiler/bench_trace_size.py; } > "$OUT/bench.log" 2>&1
-    grep -vE "^\s*$" "$OUT/bench.log" | tail -30
-    { timeout 120 python3 bench/torch/compile_check.py --part transformers --allocator native \
-        --out /tmp/cct-n.pt && timeout 120 python3 bench/torch/compile_check.py --part transformers \
-        --allocator cudakit --out /tmp/cct-c.pt &&
-      python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
+    tracer_benches
+    compile_check_both
     tail -30 "$OUT/cc.log"
     for w in plots viz; do for a in native cudakit; do
       timeout 40 python3 bench/torch/memory_viz_probe.py $w $a 2>&1 | tail -9
@@ -202,13 +210,8 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     for w in plots viz; do for a in native cudakit; do
       timeout 40 python3 bench/torch/memory_viz_probe.py $w $a 2>&1 | grep -v Warning | tail -9 | cut -c1-900
     done; done
-    { echo "## bench_profiler (C++)"; timeout 60 build-gpu/bench/bench_profiler
-      echo "## bench_trace_size"; timeout 70 python3 bench/profiler/bench_trace_size.py; } > "$OUT/bench.log" 2>&1
-    grep -vE "^\s*$" "$OUT/bench.log" | tail -30
-    { timeout 120 python3 bench/torch/compile_check.py --part transformers --allocator native \
-        --out /tmp/cct-n.pt && timeout 120 python3 bench/torch/compile_check.py --part transformers \
-        --allocator cudakit --out /tmp/cct-c.pt &&
-      python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
+    tracer_benches
+    compile_check_both
     tail -14 "$OUT/cc.log" ;;
   *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9" >&2; exit 2 ;;
 esac
