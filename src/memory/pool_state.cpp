@@ -56,7 +56,8 @@ PoolState DeviceAllocator::pool_state(MempoolId id) {
     seg.address = h->ptr;
     for (Block* b = h; b; b = b->next) {
       // A block awaiting events is not allocated: nobody may use it once they complete.
-      seg.blocks.push_back({b->ptr, b->size, b->allocated, b->allocated ? b->requested : 0,
+      // (a free block's requested size too: snapshots show it, as torch's)
+      seg.blocks.push_back({b->ptr, b->size, b->allocated, b->requested,
                             b->allocated ? b->client : 0});
       seg.size += b->size;
     }
@@ -134,6 +135,7 @@ PoolStateDelta DeviceAllocator::restore_pool_state(const PoolState& st) {
         if (allocator_events_wanted()) note_event("alloc", cur->ptr, cur->requested, cur->stream, cur);
         delta.allocated.push_back(cur->ptr);
       } else {
+        cur->requested = bs.requested;
         insert_free(pool, cur);
       }
       cur = rest;
