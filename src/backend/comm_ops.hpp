@@ -2,8 +2,8 @@
 // emulated) and its communicators; their interface is in backend/collectives.hpp.
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <memory>
@@ -11,7 +11,6 @@
 
 #include "backend/collectives.hpp"
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -43,6 +42,6 @@ struct CommOps {
 
 // The process's backend (backend() in backend.hpp) as its CommOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API CommOps& comm_ops();
+CommOps& comm_ops();
 
 }  // namespace cudakit::detail

@@ -4,8 +4,8 @@
 // kernels or host tasks): one small header, not the whole seam.
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cudakit/device.hpp"
-#include "cudakit/export.hpp"
 #include "cudakit/libraries.hpp"
 
 namespace cudakit::detail {
@@ -93,6 +92,6 @@ struct DeviceOps {
 
 // The process's backend (backend() in backend.hpp) as its DeviceOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API DeviceOps& device_ops();
+DeviceOps& device_ops();
 
 }  // namespace cudakit::detail

@@ -2,8 +2,8 @@
 // between files and device memory.
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,6 @@
 #include <string>
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -52,6 +51,6 @@ struct GdsOps {
 
 // The process's backend (backend() in backend.hpp) as its GdsOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API GdsOps& gds_ops();
+GdsOps& gds_ops();
 
 }  // namespace cudakit::detail

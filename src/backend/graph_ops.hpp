@@ -2,8 +2,8 @@
 // inspection, and the thread's capture interaction mode (with its RAII guard).
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -104,6 +103,6 @@ class ThreadCaptureModeGuard {
 
 // The process's backend (backend() in backend.hpp) as its GraphOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API GraphOps& graph_ops();
+GraphOps& graph_ops();
 
 }  // namespace cudakit::detail

@@ -2,12 +2,11 @@
 // them.
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -42,6 +41,6 @@ struct GreenContextOps {
 
 // The process's backend (backend() in backend.hpp) as its GreenContextOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API GreenContextOps& green_context_ops();
+GreenContextOps& green_context_ops();
 
 }  // namespace cudakit::detail

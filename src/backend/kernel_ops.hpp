@@ -2,8 +2,8 @@
 // compiled modules of the jiterator (every backend).
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -72,6 +71,6 @@ struct KernelOps {
 
 // The process's backend (backend() in backend.hpp) as its KernelOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API KernelOps& kernel_ops();
+KernelOps& kernel_ops();
 
 }  // namespace cudakit::detail

@@ -2,8 +2,8 @@
 // tuner's plans (TunableOp, src/tunable).
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -119,6 +118,6 @@ struct MathOps {
 
 // The process's backend (backend() in backend.hpp) as its MathOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API MathOps& math_ops();
+MathOps& math_ops();
 
 }  // namespace cudakit::detail

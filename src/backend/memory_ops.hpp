@@ -3,15 +3,14 @@
 // handles, and the stream-ordered copies and memsets (unified addressing).
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -92,6 +91,6 @@ struct MemoryOps {
 
 // The process's backend (backend() in backend.hpp) as its MemoryOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API MemoryOps& memory_ops();
+MemoryOps& memory_ops();
 
 }  // namespace cudakit::detail

@@ -2,13 +2,12 @@
 // tracing; the records are in backend/activity.hpp.
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include "backend/activity.hpp"
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -46,6 +45,6 @@ struct ProfilerOps {
 
 // The process's backend (backend() in backend.hpp) as its ProfilerOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API ProfilerOps& profiler_ops();
+ProfilerOps& profiler_ops();
 
 }  // namespace cudakit::detail

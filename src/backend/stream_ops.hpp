@@ -2,15 +2,14 @@
 // IPC handles).
 //
 // Conventions (errors, device indices, null streams, thread safety, shutdown) are the
-// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp and public
-// headers only, never one another (tests/layout/test_layout.py).
+// seam's, in backend/backend.hpp. Topic headers include backend/types.hpp (and their record
+// header), public and standard headers only, never one another (tests/layout/test_layout.py).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
 #include "backend/types.hpp"
-#include "cudakit/export.hpp"
 
 namespace cudakit::detail {
 
@@ -62,6 +61,6 @@ struct StreamOps {
 
 // The process's backend (backend() in backend.hpp) as its StreamOps: created on first use, as
 // backend(); costs what backend() costs (one acquire load, the upcast is a constant offset).
-CUDAKIT_INTERNAL_API StreamOps& stream_ops();
+StreamOps& stream_ops();
 
 }  // namespace cudakit::detail
