@@ -1,4 +1,5 @@
-// Backend selection (CUDAKIT_BACKEND / select_backend) and the process-exit guard.
+// Backend selection (CUDAKIT_BACKEND / select_backend), the topic accessors and the
+// process-exit guard.
 #include "backend/backend.hpp"
 
 #include <atomic>
@@ -65,8 +66,9 @@ void select_backend(const std::string& name) {
 
 bool backend_created() noexcept { return g_backend.load(std::memory_order_acquire) != nullptr; }
 
-Backend& backend() {
-  if (Backend* b = g_backend.load(std::memory_order_acquire)) return *b;
+namespace {
+
+[[gnu::noinline]] Backend& create_backend() {
   std::lock_guard lock(g_mutex);
   if (Backend* b = g_backend.load()) return *b;
   std::string name = g_selected.empty() ? name_from_env() : g_selected;
@@ -78,5 +80,27 @@ Backend& backend() {
   g_backend.store(created, std::memory_order_release);
   return *created;
 }
+
+// The fast path every accessor shares: one acquire load.
+inline Backend& the_backend() {
+  if (Backend* b = g_backend.load(std::memory_order_acquire)) return *b;
+  return create_backend();
+}
+
+}  // namespace
+
+Backend& backend() { return the_backend(); }
+
+// The topic accessors (declared in the topic headers): the backend upcast, a constant offset.
+DeviceOps& device_ops() { return the_backend(); }
+MemoryOps& memory_ops() { return the_backend(); }
+StreamOps& stream_ops() { return the_backend(); }
+GraphOps& graph_ops() { return the_backend(); }
+KernelOps& kernel_ops() { return the_backend(); }
+MathOps& math_ops() { return the_backend(); }
+CommOps& comm_ops() { return the_backend(); }
+GreenContextOps& green_context_ops() { return the_backend(); }
+GdsOps& gds_ops() { return the_backend(); }
+ProfilerOps& profiler_ops() { return the_backend(); }
 
 }  // namespace cudakit::detail

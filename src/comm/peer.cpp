@@ -5,7 +5,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/kernel_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "kernels/reduce.hpp"
@@ -37,7 +38,7 @@ Dim3 grid(int device, std::int64_t vectors, int blocks_per_sm) {
 }
 
 bool runs_kernels() {
-  static const bool k = backend().capabilities().runs_kernels;  // fixed for the process
+  static const bool k = device_ops().capabilities().runs_kernels;  // fixed for the process
   return k;
 }
 
@@ -48,7 +49,7 @@ bool peer_access(int from, int to, std::string* why) {
   auto& st = pair_state(from, to);
   signed char s = st.load(std::memory_order_acquire);
   if (s == 0) {
-    Backend& be = backend();
+    DeviceOps& be = device_ops();
     if (!be.can_access_peer(from, to)) {
       s = -1;
     } else {
@@ -64,7 +65,7 @@ bool peer_access(int from, int to, std::string* why) {
 }
 
 bool peer_mappable(const Tensor& t) {
-  return t.numel() == 0 || backend().peer_mappable(t.data_ptr());
+  return t.numel() == 0 || device_ops().peer_mappable(t.data_ptr());
 }
 
 void peer_copy(int src_device, const void* src, const std::vector<void*>& dsts, std::size_t bytes,
@@ -89,7 +90,7 @@ void peer_copy(int src_device, const void* src, const std::vector<void*>& dsts, 
   FunctionHandle f = ops::cached_kernel(src_device, ops::KernelModule::comm, 0, [] { return std::string("ck_peer_copy"); });
   void* params[] = {&a};
   DeviceGuard guard(src_device);  // the function belongs to src_device's context
-  backend().launch_kernel(f, grid(src_device, a.bytes / 16 + 1, kCopyBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
+  kernel_ops().launch_kernel(f, grid(src_device, a.bytes / 16 + 1, kCopyBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
                           ops::stream_for(d), params);
 }
 
@@ -120,7 +121,7 @@ void peer_reduce(int dst_device, void* out, const std::vector<const void*>& inpu
   void* params[] = {&a};
   DeviceGuard guard(dst_device);
   const std::int64_t per_vec = element_size(dtype) >= 16 ? 1 : 16 / static_cast<std::int64_t>(element_size(dtype));
-  backend().launch_kernel(f, grid(dst_device, n / per_vec + 1, kReduceBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
+  kernel_ops().launch_kernel(f, grid(dst_device, n / per_vec + 1, kReduceBlocksPerSm), Dim3{kBlock, 1, 1}, 0,
                           ops::stream_for(d), params);
 }
 

@@ -9,7 +9,10 @@
 #include <memory>
 #include <mutex>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/error.hpp"
 #include "devices/resolve.hpp"
 #include "devices/sync_debug.hpp"
@@ -54,7 +57,7 @@ int cached_device_count() noexcept {
   int n = g_device_count.load(std::memory_order_relaxed);
   if (n >= 0) return n;
   try {
-    n = backend().device_count();
+    n = device_ops().device_count();
   } catch (...) {
     n = 0;
   }
@@ -84,14 +87,13 @@ BackendCapabilities backend_capabilities() noexcept {
   BackendCapabilities out;
   try {
     out.backend = backend_name();
-    detail::Backend& be = detail::backend();
-    const detail::BackendCapabilities c = be.capabilities();
+    const detail::BackendCapabilities c = detail::device_ops().capabilities();
     out.runs_kernels = c.runs_kernels;
     out.host_addressable_device_memory = c.host_addressable_device_memory;
     out.vendor_math_handles = c.vendor_math_handles;
     out.cross_process_ipc = c.cross_process_ipc;
     out.hardware_telemetry = c.hardware_telemetry;
-    out.graph_tools_ids = be.graph_tools_ids_available();
+    out.graph_tools_ids = detail::graph_ops().graph_tools_ids_available();
   } catch (...) {  // an unusable backend can do nothing: every capability stays false
   }
   return out;
@@ -102,7 +104,7 @@ bool is_available() noexcept { return device_count() > 0; }
 std::string unavailable_reason() noexcept {
   try {
     if (is_available()) return "";
-    std::string r = detail::backend().unavailable_reason();
+    std::string r = detail::device_ops().unavailable_reason();
     return r.empty() ? "no devices are visible" : r;  // every backend says why (backend.hpp)
   } catch (const std::exception& e) {
     return e.what();
@@ -122,7 +124,7 @@ void init() {
         "method");
   }
   if (g_initialized.load(std::memory_order_acquire)) return;
-  auto& be = detail::backend();
+  auto& be = detail::device_ops();
   if (detail::cached_device_count() == 0) {
     std::string reason = be.unavailable_reason();
     throw AcceleratorError(errc::no_device, error_code_name(errc::no_device),
@@ -142,22 +144,22 @@ int resolve_device(int device) {
 
 int current_device() {
   detail::ensure_initialized();
-  return detail::backend().current_device();
+  return detail::device_ops().current_device();
 }
 
 void set_device(int device) {
   device = resolve_device(device);
-  detail::backend().set_current_device(device);
+  detail::device_ops().set_current_device(device);
 }
 
 DeviceGuard::DeviceGuard(int device) : prev_(current_device()), cur_(resolve_device(device)) {
-  if (cur_ != prev_) detail::backend().set_current_device(cur_);
+  if (cur_ != prev_) detail::device_ops().set_current_device(cur_);
 }
 
 DeviceGuard::~DeviceGuard() {
   if (cur_ != prev_ && !detail::is_shutting_down()) {
     try {
-      detail::backend().set_current_device(prev_);
+      detail::device_ops().set_current_device(prev_);
     } catch (...) {
     }
   }
@@ -165,14 +167,14 @@ DeviceGuard::~DeviceGuard() {
 
 int device_of_pointer(const void* ptr) {
   detail::ensure_initialized();
-  return detail::backend().pointer_device(ptr);
+  return detail::memory_ops().pointer_device(ptr);
 }
 
 const DeviceProperties& get_device_properties(int device) {
   device = resolve_device(device);
   auto& cache = properties_cache();
   std::call_once(cache.once[device], [&] {
-    auto& be = detail::backend();
+    auto& be = detail::device_ops();
     auto p = std::make_unique<DeviceProperties>(be.device_info(device));
     p->backend = be.name();
     cache.props[device] = std::move(p);
@@ -231,7 +233,7 @@ void synchronize(int device) {
   // Not a sync-debug report: torch's device_synchronize() (torch.cuda.synchronize) is not
   // one either, and graph capture calls it on entry.
   DeviceGuard guard(device);
-  detail::backend().device_synchronize(device);
+  detail::device_ops().device_synchronize(device);
   if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_device(device);  // sanitizer
 }
 
@@ -239,37 +241,37 @@ bool can_device_access_peer(int device, int peer_device) {
   device = resolve_device(device);
   peer_device = resolve_device(peer_device);
   if (device == peer_device) return false;  // torch: a device is not its own peer
-  return detail::backend().can_access_peer(device, peer_device);
+  return detail::device_ops().can_access_peer(device, peer_device);
 }
 
 void enable_peer_access(int device, int peer_device) {
   device = resolve_device(device);
   peer_device = resolve_device(peer_device);
-  detail::backend().enable_peer_access(device, peer_device);
+  detail::device_ops().enable_peer_access(device, peer_device);
 }
 
 std::pair<std::size_t, std::size_t> mem_get_info(int device) {
   device = resolve_device(device);
-  auto info = detail::backend().mem_get_info(device);
+  auto info = detail::device_ops().mem_get_info(device);
   return {info.free, info.total};
 }
 
-int utilization(int device) { return detail::backend().utilization_percent(resolve_device(device)); }
+int utilization(int device) { return detail::device_ops().utilization_percent(resolve_device(device)); }
 int memory_usage(int device) {
-  return detail::backend().memory_utilization_percent(resolve_device(device));
+  return detail::device_ops().memory_utilization_percent(resolve_device(device));
 }
-int temperature(int device) { return detail::backend().temperature_c(resolve_device(device)); }
-int power_draw(int device) { return detail::backend().power_draw_mw(resolve_device(device)); }
-int clock_rate(int device) { return detail::backend().clock_rate_mhz(resolve_device(device)); }
+int temperature(int device) { return detail::device_ops().temperature_c(resolve_device(device)); }
+int power_draw(int device) { return detail::device_ops().power_draw_mw(resolve_device(device)); }
+int clock_rate(int device) { return detail::device_ops().clock_rate_mhz(resolve_device(device)); }
 std::size_t device_memory_used(int device) {
-  return detail::backend().device_memory_used(resolve_device(device));
+  return detail::device_ops().device_memory_used(resolve_device(device));
 }
 
 void check_error(int code) { throw_accelerator_error(code, "cudakit.check_error"); }
 
 int driver_version() noexcept {
   try {
-    return detail::backend().driver_version();
+    return detail::device_ops().driver_version();
   } catch (...) {
     return 0;
   }

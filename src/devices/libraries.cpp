@@ -1,9 +1,9 @@
 #include "cudakit/libraries.hpp"
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
 
 namespace cudakit {
 
-std::vector<LibraryInfo> optional_libraries() { return detail::backend().optional_libraries(); }
+std::vector<LibraryInfo> optional_libraries() { return detail::device_ops().optional_libraries(); }
 
 }  // namespace cudakit

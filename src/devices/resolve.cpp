@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "devices/sync_debug.hpp"
@@ -28,7 +28,7 @@ namespace detail {
 void throw_invalid_device(std::int64_t device) { throw ValueError(invalid_device_message(device)); }
 
 int resolve_device_index(int device) {
-  if (device == kCurrentDevice) return backend().current_device();
+  if (device == kCurrentDevice) return device_ops().current_device();
   if (device < 0 || device >= cached_device_count()) [[unlikely]] throw_invalid_device(device);
   return device;
 }

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/gds_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/gds.hpp"
 #include "gds/policy.hpp"
@@ -28,7 +28,7 @@ Policy policy_from_env() { return parse_policy(std::getenv("CUDAKIT_GDS")); }
 
 bool is_available() noexcept {
   try {
-    return detail::backend().gds_status().available;
+    return detail::gds_ops().gds_status().available;
   } catch (...) {
     return false;
   }
@@ -36,7 +36,7 @@ bool is_available() noexcept {
 
 std::string unavailable_reason() noexcept {
   try {
-    return detail::backend().gds_status().reason;
+    return detail::gds_ops().gds_status().reason;
   } catch (const std::exception& e) {
     return e.what();
   } catch (...) {
@@ -99,7 +99,7 @@ void register_buffer(const Tensor& t) {
   entry.bytes = t.nbytes();
   entry.keep = t.storage();
   entry.device = t.device().index;
-  auto& be = detail::backend();
+  auto& be = detail::gds_ops();
   if (policy_from_env() != Policy::compat && be.gds_status().available) {
     DeviceGuard guard(entry.device);
     be.gds_buffer_register(ptr, entry.bytes);
@@ -122,7 +122,7 @@ void deregister_buffer(const Tensor& t) {
     }
     if (it->second.with_cufile) {
       DeviceGuard guard(it->second.device);
-      detail::backend().gds_buffer_deregister(const_cast<void*>(ptr));
+      detail::gds_ops().gds_buffer_deregister(const_cast<void*>(ptr));
     }
     entry = std::move(it->second);
     r.buffers.erase(it);

@@ -18,6 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "backend/device_ops.hpp"
+#include "backend/gds_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/error.hpp"
 
@@ -228,9 +233,11 @@ class Engine {
   }
 
   void prepare(Worker& w, Slot& s, int device) {
-    auto& be = detail::backend();
+    auto& memory = detail::memory_ops();
+    auto& devices = detail::device_ops();
+    auto& streams = detail::stream_ops();
     if (!s.buffer) {
-      void* p = be.host_alloc_pinned(config_.chunk_bytes);
+      void* p = memory.host_alloc_pinned(config_.chunk_bytes);
       if (!p) {
         throw OutOfMemoryError("GdsFile: cannot allocate a pinned staging buffer of " +
                                    std::to_string(config_.chunk_bytes) +
@@ -240,18 +247,19 @@ class Engine {
       s.buffer = static_cast<char*>(p);
       s.aligned = reinterpret_cast<std::uintptr_t>(p) % kBlock == 0;
     }
-    if (be.current_device() != device) be.set_current_device(device);
+    if (devices.current_device() != device) devices.set_current_device(device);
     if (!w.streams[device]) {
-      w.streams[device] = be.stream_create(device, 0, detail::kStreamNonBlocking);
+      w.streams[device] = streams.stream_create(device, 0, detail::kStreamNonBlocking);
     }
-    if (!s.events[device]) s.events[device] = be.event_create(device, detail::kEventDisableTiming);
+    if (!s.events[device]) s.events[device] = streams.event_create(device, detail::kEventDisableTiming);
   }
 
   // Host I/O of a read, or the D2H copy of a write; the chunk's copy is enqueued on return.
   void start(Worker& w, InFlight& f) {
     const Transfer& t = f.chunk.job->t;
     Slot& s = w.slots[f.slot];
-    auto& be = detail::backend();
+    auto& memory = detail::memory_ops();
+    auto& streams = detail::stream_ops();
     if (t.gds || f.chunk.staging) return;  // all their work is in finish()
     prepare(w, s, t.device);
     detail::StreamHandle stream = w.streams[t.device];
@@ -259,18 +267,20 @@ class Engine {
       read_chunk(*t.files, config_.direct, s.buffer, s.aligned, f.chunk.file_offset,
                  f.chunk.bytes);
       f.chunk.job->ready.wait(StreamRef::from_handle(stream, t.device));
-      be.memcpy_async(f.chunk.device_ptr(), s.buffer, f.chunk.bytes, stream);
+      memory.memcpy_async(f.chunk.device_ptr(), s.buffer, f.chunk.bytes, stream);
     } else {
       f.chunk.job->ready.wait(StreamRef::from_handle(stream, t.device));
-      be.memcpy_async(s.buffer, f.chunk.device_ptr(), f.chunk.bytes, stream);
+      memory.memcpy_async(s.buffer, f.chunk.device_ptr(), f.chunk.bytes, stream);
     }
-    be.event_record(s.events[t.device], stream);
+    streams.event_record(s.events[t.device], stream);
   }
 
   // Waits for the chunk's copy (and writes it out), or runs a cuFile call.
   void finish(Worker& w, InFlight& f) {
     const Transfer& t = f.chunk.job->t;
-    auto& be = detail::backend();
+    auto& streams = detail::stream_ops();
+    auto& devices = detail::device_ops();
+    auto& cufile = detail::gds_ops();
     if (f.chunk.staging) {  // its copy finished before `ready`, which pop() waited for
       char* p = static_cast<char*>(f.chunk.staging->get());
       write_chunk(*t.files, config_.direct, p, reinterpret_cast<std::uintptr_t>(p) % kBlock == 0,
@@ -280,12 +290,12 @@ class Engine {
     }
     if (t.gds) {
       // Not Event::sync(): this is no synchronizing call of the user's (sync-debug mode).
-      if (f.chunk.job->ready.is_created()) be.event_synchronize(f.chunk.job->ready.handle());
-      if (be.current_device() != t.device) be.set_current_device(t.device);
+      if (f.chunk.job->ready.is_created()) streams.event_synchronize(f.chunk.job->ready.handle());
+      if (devices.current_device() != t.device) devices.set_current_device(t.device);
       std::size_t moved =
-          t.read ? be.gds_read(t.gds->handle, f.chunk.device_ptr(), f.chunk.bytes,
+          t.read ? cufile.gds_read(t.gds->handle, f.chunk.device_ptr(), f.chunk.bytes,
                                static_cast<std::int64_t>(f.chunk.file_offset))
-                 : be.gds_write(t.gds->handle, f.chunk.device_ptr(), f.chunk.bytes,
+                 : cufile.gds_write(t.gds->handle, f.chunk.device_ptr(), f.chunk.bytes,
                                 static_cast<std::int64_t>(f.chunk.file_offset));
       if (moved != f.chunk.bytes) {
         throw Error(std::string(t.read ? "cuFileRead" : "cuFileWrite") + " moved " +
@@ -296,7 +306,7 @@ class Engine {
       return;
     }
     Slot& s = w.slots[f.slot];
-    be.event_synchronize(s.events[t.device]);
+    streams.event_synchronize(s.events[t.device]);
     if (!t.read) {
       write_chunk(*t.files, config_.direct, s.buffer, s.aligned, f.chunk.file_offset,
                   f.chunk.bytes);
@@ -309,7 +319,7 @@ class Engine {
     const Transfer& t = f.chunk.job->t;
     if (t.gds || !w.streams[t.device]) return;
     try {
-      detail::backend().stream_synchronize(w.streams[t.device]);
+      detail::stream_ops().stream_synchronize(w.streams[t.device]);
     } catch (...) {
     }
   }
@@ -366,7 +376,7 @@ Engine& engine() {
 GdsRegistration::~GdsRegistration() {
   if (!handle || detail::is_shutting_down()) return;
   try {
-    detail::backend().gds_file_deregister(handle);
+    detail::gds_ops().gds_file_deregister(handle);
   } catch (...) {  // destructors never throw
   }
 }
@@ -455,14 +465,15 @@ std::shared_ptr<IoRequest::State> submit(Transfer t, StreamRef stream, bool stag
     for (Chunk& c : chunks) {
       c.staging = std::make_shared<Allocation>(allocate_host(c.bytes, /*pinned=*/true));
     }
-    auto& be = detail::backend();
+    auto& memory = detail::memory_ops();
+    auto& streams = detail::stream_ops();
     try {
       for (const Chunk& c : chunks) {
-        be.memcpy_async(c.staging->get(), c.device_ptr(), c.bytes, stream.handle());
+        memory.memcpy_async(c.staging->get(), c.device_ptr(), c.bytes, stream.handle());
       }
     } catch (...) {
       try {  // copies already enqueued must finish before their buffers go back to the cache
-        be.stream_synchronize(stream.handle());
+        streams.stream_synchronize(stream.handle());
       } catch (...) {
       }
       throw;

@@ -35,7 +35,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/gds.hpp"
 #include "gds/request.hpp"
 

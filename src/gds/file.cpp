@@ -10,7 +10,9 @@
 #include <limits>
 #include <mutex>
 
-#include "backend/backend.hpp"
+#include "backend/gds_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/gds.hpp"
 #include "devices/sync_debug.hpp"
@@ -139,7 +141,7 @@ void File::register_handle() {
     throw Error("GdsFile.register_handle: cannot register a handle that is already registered");
   }
   const Policy policy = policy_from_env();
-  auto& be = detail::backend();
+  auto& be = detail::gds_ops();
   std::string why;
   if (policy != Policy::compat) {
     detail::GdsStatus status = be.gds_status();
@@ -260,7 +262,7 @@ Checked check_transfer(File::Impl& impl, bool read, void* ptr, std::size_t bytes
                      std::to_string(bytes) + " bytes is past the largest file offset");
   }
   if (bytes > 0) {
-    const int device = detail::backend().pointer_device(ptr);
+    const int device = detail::memory_ops().pointer_device(ptr);
     if (device < 0) {
       throw ValueError(std::string(what) + ": the buffer is host memory; GdsFile moves data to "
                        "and from device (cuda) memory");
@@ -292,7 +294,7 @@ Checked check_transfer(File::Impl& impl, bool read, void* ptr, std::size_t bytes
                      std::to_string(t.device));
   }
   std::uint64_t capture = 0;
-  if (detail::backend().stream_capture_status(c.stream.handle(), &capture) !=
+  if (detail::graph_ops().stream_capture_status(c.stream.handle(), &capture) !=
       detail::CaptureStatus::none) {
     throw NotSupportedError(std::string(what) + ": cannot run while the stream is being "
                             "captured into a CUDA graph (file I/O runs on host threads)");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "backend/graph_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 
@@ -136,7 +137,7 @@ using namespace cudakit::graphs::detail;
 
 bool is_available() noexcept {
   try {
-    return cudakit::is_available() && detail::backend().graph_tools_ids_available();
+    return cudakit::is_available() && detail::graph_ops().graph_tools_ids_available();
   } catch (...) {
     return false;
   }
@@ -150,7 +151,7 @@ MarkKernels::MarkKernels(Annotation annotation) {
   StreamRef s = current_stream();
   if (s.is_default()) return;  // never captures (and is not asked: see is_current_stream_capturing)
   std::uint64_t capture_id = 0;
-  auto& be = detail::backend();
+  auto& be = detail::graph_ops();
   if (be.stream_capture_status(s.handle(), &capture_id) != detail::CaptureStatus::active) return;
   std::shared_ptr<Recorder> r = find_recorder(capture_id);
   if (!r) return;
@@ -163,7 +164,7 @@ MarkKernels::MarkKernels(Annotation annotation) {
 MarkKernels::~MarkKernels() {
   if (!recorder_) return;
   try {
-    const std::size_t end = detail::backend().stream_capture_node_count(stream_.handle());
+    const std::size_t end = detail::graph_ops().stream_capture_node_count(stream_.handle());
     if (end > begin_) {
       static_cast<Recorder*>(recorder_.get())->add(annotation_, begin_, end);
     }

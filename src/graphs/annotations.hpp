@@ -20,7 +20,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/graph_ops.hpp"
 #include "cudakit/graph_annotations.hpp"
 
 namespace cudakit::graphs::detail {

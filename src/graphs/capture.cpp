@@ -2,12 +2,14 @@
 #include <array>
 #include <mutex>
 
-#include "backend/backend.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/stream_ops.hpp"
+#include "core/capture_gate.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/stream.hpp"
-#include "core/capture_gate.hpp"
 
 namespace cudakit {
 
@@ -35,7 +37,7 @@ bool is_current_stream_capturing() {
   // The legacy default stream never captures, and asking the driver about it while another
   // stream captures globally can itself be an implicit-synchronisation error.
   if (s.is_default()) return false;
-  return detail::backend().stream_capture_status(s.handle(), nullptr) !=
+  return detail::graph_ops().stream_capture_status(s.handle(), nullptr) !=
          detail::CaptureStatus::none;
 }
 
@@ -58,7 +60,7 @@ StreamRef side_stream(int device) {
   static auto* slots = new std::array<Slot, kMaxDevices>();
   Slot& slot = (*slots)[device];
   std::call_once(slot.once, [&] {
-    slot.handle = detail::backend().stream_create(device, 0, detail::kStreamNonBlocking);
+    slot.handle = detail::stream_ops().stream_create(device, 0, detail::kStreamNonBlocking);
   });
   return StreamRef::from_handle(slot.handle, device);
 }

@@ -11,10 +11,13 @@
 #include <optional>
 #include <string>
 
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "core/capture_gate.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
-#include "core/capture_gate.hpp"
 #include "instrument/observers.hpp"
 
 namespace cudakit {
@@ -25,7 +28,7 @@ using graphs::detail::global_hooks;
 
 namespace {
 
-detail::Backend& be() { return detail::backend(); }
+detail::GraphOps& be() { return detail::graph_ops(); }
 
 std::string hex(const void* p) {
   char buf[32];
@@ -230,7 +233,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
                 "any stream");
   }
   const int device = stream.device();
-  detail::Backend& b = be();
+  detail::GraphOps& b = be();
   const MempoolId pool_id = pool ? *pool : graph_pool_handle();
 
   // The default generator reads its offset from device memory during this capture (the
@@ -270,7 +273,7 @@ void CUDAGraph::capture_begin(std::optional<MempoolId> pool, CaptureErrorMode mo
       if (st == nullptr) return false;
       std::uint64_t cid = 0;
       try {
-        return detail::backend().stream_capture_status(st, &cid) ==
+        return detail::graph_ops().stream_capture_status(st, &cid) ==
                    detail::CaptureStatus::active &&
                cid == id;
       } catch (...) {
@@ -437,7 +440,7 @@ void CUDAGraph::instantiate() {
                       "CUDAGraph(keep_graph=True) to re-instantiate"
                     : "instantiate: no captured graph (capture first)");
   }
-  detail::Backend& b = be();
+  detail::GraphOps& b = be();
   DeviceGuard guard(s.device);
   detail::GraphExecHandle exec = b.graph_instantiate(s.graph);
   if (s.exec != nullptr) {
@@ -474,7 +477,7 @@ void CUDAGraph::instantiate() {
 
 namespace {
 
-void launch_on(CUDAGraph::Impl& s, detail::Backend& b) {
+void launch_on(CUDAGraph::Impl& s, detail::GraphOps& b) {
   const StreamRef stream = current_stream(s.device);
   if (const auto* o = instrument::stream_observer(); o && s.sanitizer_accesses) [[unlikely]]
     o->graph_replayed(s.sanitizer_accesses, stream.handle(), s.device);  // sanitizer
@@ -490,8 +493,8 @@ void launch_on(CUDAGraph::Impl& s, detail::Backend& b) {
 }
 
 void launch(CUDAGraph::Impl& s) {
-  detail::Backend& b = be();
-  if (b.current_device() != s.device) [[unlikely]] {
+  detail::GraphOps& b = be();
+  if (detail::device_ops().current_device() != s.device) [[unlikely]] {
     DeviceGuard guard(s.device);
     launch_on(s, b);
     return;

@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/random.hpp"
 #include "graphs/annotations.hpp"

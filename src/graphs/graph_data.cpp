@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
 
@@ -78,7 +80,7 @@ std::shared_ptr<const GraphData> CUDAGraph::get_graph_data() const {
     throw Error("get_graph_data: instantiate() the graph first (node ids are remapped to the "
                 "exec graph)");
   }
-  detail::Backend& b = detail::backend();
+  detail::GraphOps& b = detail::graph_ops();
   if (!b.graph_tools_ids_available()) {
     throw NotSupportedError(
         "get_graph_data: graph tools ids are unavailable: they need a CUDA 13.1+ driver "
@@ -101,7 +103,7 @@ std::shared_ptr<const GraphData> CUDAGraph::get_graph_data() const {
     d.node_type = type ? type : n.label;
     if (n.tools_id == 0) {
       throw AcceleratorError(errc::unknown, "CUDA_ERROR_UNKNOWN",
-                             "get_graph_data: the " + std::string(b.name()) +
+                             "get_graph_data: the " + std::string(detail::device_ops().name()) +
                                  " backend returned no tools id for node " + std::to_string(i) +
                                  " (cuGraphNodeGetToolsId / cuptiGetGraphNodeId failed)");
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/graph_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "graphs/cuda_graph_impl.hpp"
@@ -67,7 +68,7 @@ void CUDAGraph::update(const CUDAGraph& newly_captured) {
     }
     DeviceGuard guard(s.device);
     std::string why;
-    if (!detail::backend().graph_exec_update(s.exec, o.graph, &why)) {
+    if (!detail::graph_ops().graph_exec_update(s.exec, o.graph, &why)) {
       throw ValueError("CUDAGraph::update: " + why +
                        ". Only parameters may change (pointers, sizes, scalars): capture the "
                        "same sequence of work, or instantiate the new capture instead");

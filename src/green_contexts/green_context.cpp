@@ -18,7 +18,10 @@
 #include <optional>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/green_context_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/error.hpp"
 #include "instrument/stream_lifetime.hpp"
 
@@ -51,19 +54,19 @@ struct GreenContext::Impl {
   int parent_device = -1;              // current device before set_context
 
   detail::StreamHandle make_stream() {
-    return detail::backend().green_context_stream_create(handle, 0);
+    return detail::green_context_ops().green_context_stream_create(handle, 0);
   }
 
   ~Impl() {
     if (detail::is_shutting_down()) return;  // no device calls during process exit
-    auto& be = detail::backend();
+    detail::StreamOps& be = detail::stream_ops();
     // The garbage collector may drop the last reference on a thread that is capturing a
     // graph: the synchronizes and destroys below are "potentially unsafe" calls that would
     // invalidate that capture in global and thread_local mode. None of them is part of it, so
     // they run in relaxed mode (as a graph's destroy does, graphs/cuda_graph.cpp).
     std::optional<detail::ThreadCaptureModeGuard> relaxed;
     try {
-      relaxed.emplace(be, detail::CaptureMode::relaxed);
+      relaxed.emplace(detail::graph_ops(), detail::CaptureMode::relaxed);
     } catch (...) {
     }
     auto drop = [&](detail::StreamHandle s) {
@@ -81,7 +84,7 @@ struct GreenContext::Impl {
     for (auto s : pool) drop(s);
     drop(own);
     try {
-      be.green_context_destroy(handle);
+      detail::green_context_ops().green_context_destroy(handle);
     } catch (...) {  // destructors never throw
     }
   }
@@ -89,7 +92,7 @@ struct GreenContext::Impl {
 
 SmResource GreenContext::sm_resource(int device) {
   int d = resolve_device(device);
-  detail::SmResourceInfo r = detail::backend().device_sm_resource(d);
+  detail::SmResourceInfo r = detail::green_context_ops().device_sm_resource(d);
   return SmResource{r.sm_count, r.min_partition_sms, r.sm_alignment};
 }
 
@@ -111,7 +114,7 @@ GreenContext GreenContext::create(int num_sms, int device) {
   auto impl = std::make_unique<Impl>();
   impl->device = d;
   impl->requested = num_sms;
-  impl->handle = detail::backend().green_context_create(d, rounded, &impl->granted);
+  impl->handle = detail::green_context_ops().green_context_create(d, rounded, &impl->granted);
   return GreenContext(std::move(impl));
 }
 

@@ -12,7 +12,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/kernel_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/jiterator.hpp"
 #include "cudakit/stream.hpp"
@@ -265,7 +266,7 @@ std::vector<Tensor> JitFunction::Impl::run(const std::vector<Tensor>& inputs,
                  g_force_index64.load(std::memory_order_relaxed);
   // Device kernels: 16-byte accesses where every operand is aligned for them; more items
   // per thread for fewer operands (register pressure grows with each).
-  static const bool device_kernels = detail::backend().capabilities().runs_kernels;
+  static const bool device_kernels = detail::device_ops().capabilities().runs_kernels;
   if (device_kernels) {
     std::size_t widest = 1;
     for (const Tensor& v : views) widest = std::max(widest, v.element_size());
@@ -335,7 +336,7 @@ std::vector<Tensor> JitFunction::Impl::run(const std::vector<Tensor>& inputs,
   keep->reserve(static_cast<std::size_t>(nt));
   for (const Tensor& v : views) keep->push_back(v.storage());
   DeviceGuard on(dev);  // the module belongs to `dev`'s context (see ops::go)
-  detail::backend().launch_runtime_kernel(fn, detail::Dim3{static_cast<unsigned>(blocks), 1, 1},
+  detail::kernel_ops().launch_runtime_kernel(fn, detail::Dim3{static_cast<unsigned>(blocks), 1, 1},
                                           detail::Dim3{static_cast<unsigned>(jit::kBlock), 1, 1},
                                           current_stream(dev).handle(), block, lay.size(),
                                           std::move(keep));

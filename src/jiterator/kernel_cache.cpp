@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/kernel_ops.hpp"
 #include "cudakit/device.hpp"
 #include "jiterator/codegen.hpp"
 #include "jiterator/disk_cache.hpp"
@@ -58,7 +59,7 @@ const std::string& compiler_id(int device) {
   static std::array<Slot, kMaxDevices> slots;
   Slot& s = slots[static_cast<std::size_t>(device)];
   std::call_once(s.once, [&] {
-    s.id = detail::backend().runtime_compiler_id(device, DiskCache::instance().dir());
+    s.id = detail::kernel_ops().runtime_compiler_id(device, DiskCache::instance().dir());
   });
   return s.id;
 }
@@ -133,8 +134,8 @@ void build(Image& img, int device, const KernelRequest& r, const std::string& ke
   }
   if (found == DiskCache::Lookup::rejected) c.disk_rejected.fetch_add(1, std::memory_order_relaxed);
   const auto t0 = std::chrono::steady_clock::now();
-  detail::Backend::RuntimeCompileResult out =
-      detail::backend().compile_runtime_module(device, r.source, r.name);
+  detail::KernelOps::RuntimeCompileResult out =
+      detail::kernel_ops().compile_runtime_module(device, r.source, r.name);
   c.compile_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now() - t0).count()),
                          std::memory_order_relaxed);
@@ -160,7 +161,7 @@ detail::FunctionHandle get_kernel(int device, const KernelRequest& r) {
     build(*img, device, r, key);  // a compile error throws: the next call tries again
     img->built = true;
   }
-  detail::Backend& b = detail::backend();
+  detail::KernelOps& b = detail::kernel_ops();
   detail::ModuleHandle m = b.load_runtime_module(device, img->bytes.data(), img->bytes.size());
   detail::FunctionHandle f = b.module_get_function(m, r.symbol.c_str());
   slot.store(f, std::memory_order_release);

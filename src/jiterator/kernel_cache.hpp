@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/jiterator.hpp"
 
 namespace cudakit::jit {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/types.hpp"
 #include "memory/block.hpp"
 #include "memory/history.hpp"
 

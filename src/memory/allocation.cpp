@@ -4,13 +4,15 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/device_ops.hpp"
+#include "backend/lifetime.hpp"
 #include "cudakit/error.hpp"
+#include "instrument/observers.hpp"
+#include "memory/deferred_free.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/host_allocator.hpp"
-#include "memory/deferred_free.hpp"
 #include "memory/pluggable.hpp"
 #include "memory/raw.hpp"
-#include "instrument/observers.hpp"
 
 namespace cudakit {
 
@@ -130,7 +132,7 @@ Allocation allocate_host(std::size_t bytes, bool pinned) {
 
 void record_stream(void* ptr, StreamRef stream) {
   if (!ptr) return;
-  int dev = stream.device() >= 0 ? stream.device() : detail::backend().current_device();
+  int dev = stream.device() >= 0 ? stream.device() : detail::device_ops().current_device();
   if (memory::host_allocator().record_event(ptr, stream.handle(), dev)) return;
   if (memory::owned_by_plugged(ptr)) return;  // a plugged allocator has no stream semantics
   if (memory::native_record_stream(ptr, stream.handle())) {

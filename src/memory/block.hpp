@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "memory/config.hpp"
 #include "memory/free_index.hpp"
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "backend/types.hpp"
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
 
@@ -25,14 +26,14 @@ std::vector<std::uint64_t> DeviceAllocator::capture_free_markers(const Block* b)
     if (!s) return false;  // the legacy default stream never captures
     std::vector<std::uint64_t> f;
     try {
-      f = backend_.stream_capture_frontier(s, /*ancestors=*/false);
+      f = graphs_.stream_capture_frontier(s, /*ancestors=*/false);
     } catch (const AcceleratorError&) {
       return false;  // undescribable stream: keep the safe path (wait for the capture's end)
     }
     if (f.empty()) {
       // Not capturing, or capturing with nothing recorded yet: an empty frontier of a
       // capturing stream orders nothing, and a stream outside the capture may still be running.
-      return backend_.stream_capture_status(s, nullptr) == detail::CaptureStatus::active;
+      return graphs_.stream_capture_status(s, nullptr) == detail::CaptureStatus::active;
     }
     markers.insert(markers.end(), f.begin(), f.end());
     return true;
@@ -48,7 +49,7 @@ std::vector<std::uint64_t> DeviceAllocator::capture_free_markers(const Block* b)
 void DeviceAllocator::reclaim_in_capture(detail::StreamHandle stream) {
   std::vector<std::uint64_t> reach;
   try {
-    reach = backend_.stream_capture_frontier(stream, /*ancestors=*/true);
+    reach = graphs_.stream_capture_frontier(stream, /*ancestors=*/true);
   } catch (const AcceleratorError&) {
     return;
   }

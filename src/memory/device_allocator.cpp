@@ -6,6 +6,11 @@
 
 #include <algorithm>
 
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
 #include "memory/pluggable.hpp"
@@ -18,9 +23,14 @@ bool BlockAddrLess::operator()(const Block* a, const Block* b) const noexcept {
   return a->ptr < b->ptr;
 }
 
-DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, AllocatorConfig cfg)
+DeviceAllocator::DeviceAllocator(int device, detail::DeviceOps& devices, detail::MemoryOps& memory,
+                                 detail::StreamOps& streams, detail::GraphOps& graphs,
+                                 AllocatorConfig cfg)
     : device_(device),
-      backend_(backend),
+      devices_(devices),
+      memory_(memory),
+      streams_(streams),
+      graphs_(graphs),
       cfg_(std::move(cfg)),
       async_backend_(cfg_.backend == AllocatorConfig::Backend::driver_async),
       mutex_(cfg_.device_mutex_spin),
@@ -31,9 +41,9 @@ DeviceAllocator::DeviceAllocator(int device, detail::Backend& backend, Allocator
   quick_on_.store(cfg_.quick_cache, std::memory_order_relaxed);
   for (std::size_t i = 0; i < divisions_.size(); ++i)
     divisions_[i].store(cfg_.roundup_power2_divisions[i], std::memory_order_relaxed);
-  total_memory_ = backend_.mem_get_info(device_).total;
+  total_memory_ = devices_.mem_get_info(device_).total;
   if (cfg_.expandable_segments) {
-    const std::size_t g = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
+    const std::size_t g = std::max<std::size_t>(memory_.vm_granularity(device_), 1);
     vm_page_ = (kSmallBuffer + g - 1) / g * g;
   }
   max_request_ = std::min(total_memory_, kMaxRequest);
@@ -56,7 +66,7 @@ DeviceAllocator::~DeviceAllocator() {
     release_cached(lock);
     lock.unlock();
     drop_completed_fences(/*all=*/true);  // their events are destroyed with the spares
-    for (detail::EventHandle e : spare_events_) backend_.event_destroy(e);
+    for (detail::EventHandle e : spare_events_) streams_.event_destroy(e);
   } catch (...) {
   }
   for (Block* b : spare_blocks_) delete b;
@@ -164,7 +174,7 @@ Block* DeviceAllocator::alloc_segment(BlockPool& pool, std::size_t alloc_size,
   // Runs in relaxed capture mode (grow()). Private pools' segments are never freed while a
   // graph may still replay into them (release_unowned_pools).
   void* p = source ? source->allocate(alloc_size, device_, stream)
-                   : backend_.mem_alloc(device_, alloc_size);
+                   : memory_.mem_alloc(device_, alloc_size);
   if (!p) return nullptr;
   Block* b = new_block();
   b->ptr = reinterpret_cast<std::uintptr_t>(p);
@@ -313,12 +323,12 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   bool relax = pool.owner != nullptr;
   if (!relax && stream) {
     try {
-      relax = backend_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none;
+      relax = graphs_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none;
     } catch (const AcceleratorError&) {
     }
   }
   std::optional<detail::ThreadCaptureModeGuard> relaxed;
-  if (relax) relaxed.emplace(backend_, detail::CaptureMode::relaxed);
+  if (relax) relaxed.emplace(graphs_, detail::CaptureMode::relaxed);
   Block* b = nullptr;
   // Expandable segments serve the large pool only: small blocks (<= 1 MiB) keep torch's 2 MiB
   // segments, one cudaMalloc each instead of create + map + access, and a base address for
@@ -520,8 +530,8 @@ void DeviceAllocator::record_free_events(
   std::size_t recorded = 0;
   for (auto& [e, s] : marks) {
     try {
-      if (!e) e = backend_.event_create(device_, detail::kEventDisableTiming);
-      backend_.event_record(e, s);
+      if (!e) e = streams_.event_create(device_, detail::kEventDisableTiming);
+      streams_.event_record(e, s);
       ++recorded;
     } catch (...) {
       error = std::current_exception();
@@ -591,7 +601,7 @@ void DeviceAllocator::process_events() {
   std::size_t keep = 0;
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     auto [e, b] = pending_[i];
-    if (!backend_.event_query(e)) {
+    if (!streams_.event_query(e)) {
       pending_[keep++] = pending_[i];
       continue;
     }
@@ -711,7 +721,7 @@ void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
   // torch: segments of both kinds coexist in a pool (every path that works on expandable
   // pages checks the block's own segment kind), and split decisions read the size per call.
   if (c.expandable_segments && !cfg_.expandable_segments && vm_page_ == kSmallBuffer) {
-    const std::size_t g = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
+    const std::size_t g = std::max<std::size_t>(memory_.vm_granularity(device_), 1);
     vm_page_ = (kSmallBuffer + g - 1) / g * g;
   }
   cfg_.expandable_segments = c.expandable_segments;

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -48,7 +49,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/alloc_trace.hpp"
 #include "memory/block.hpp"
@@ -82,7 +86,17 @@ struct SegmentInfo {
 
 class DeviceAllocator {
  public:
-  DeviceAllocator(int device, detail::Backend& backend, AllocatorConfig cfg);
+  // The allocator calls four topics of the seam (memory; streams and events; devices; capture),
+  // through references bound once here: no per-call lookup.
+  DeviceAllocator(int device, detail::DeviceOps& devices, detail::MemoryOps& memory,
+                  detail::StreamOps& streams, detail::GraphOps& graphs, AllocatorConfig cfg);
+  // From the whole backend (detail::Backend derives from every topic), as tests build one,
+  // without this header naming detail::Backend.
+  template <class B>
+    requires std::derived_from<B, detail::DeviceOps> && std::derived_from<B, detail::MemoryOps> &&
+             std::derived_from<B, detail::StreamOps> && std::derived_from<B, detail::GraphOps>
+  DeviceAllocator(int device, B& backend, AllocatorConfig cfg)
+      : DeviceAllocator(device, backend, backend, backend, backend, std::move(cfg)) {}
   ~DeviceAllocator();
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
@@ -371,7 +385,10 @@ class DeviceAllocator {
   SpinLock fast_lock_;
 
   const int device_;
-  detail::Backend& backend_;
+  detail::DeviceOps& devices_;
+  detail::MemoryOps& memory_;
+  detail::StreamOps& streams_;
+  detail::GraphOps& graphs_;
   AllocatorConfig cfg_;       // live keys change under both locks (apply_settings)
   // cfg_.roundup_power2_divisions for round_size(), which the quick path calls before it
   // locks: relaxed atomics, so a concurrent settings change gives a bucket's old or new

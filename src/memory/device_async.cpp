@@ -7,7 +7,7 @@ namespace cudakit::memory {
 
 Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::StreamHandle stream,
                                      std::uint8_t client) {
-  void* p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
+  void* p = would_exceed_limit(size) ? nullptr : memory_.mem_alloc_async(device_, size, stream);
   if (!p) {
     // Frees queued on streams return memory to the driver's pool once they run: wait for the
     // device (without the locks), then retry.
@@ -16,10 +16,10 @@ Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::Str
     lock.unlock();
     {
       WaitScope wait;
-      backend_.device_synchronize(device_);
+      devices_.device_synchronize(device_);
     }
     lock.lock();
-    p = would_exceed_limit(size) ? nullptr : backend_.mem_alloc_async(device_, size, stream);
+    p = would_exceed_limit(size) ? nullptr : memory_.mem_alloc_async(device_, size, stream);
   }
   if (!p) raise_oom(size, size, stream);
   Block* b = new_block();
@@ -59,12 +59,12 @@ void DeviceAllocator::finish_free_async(AsyncFree& work) {
   // (event record and stream wait enqueue; neither blocks). The memory is the driver's again
   // after mem_free_async; this allocator forgot the block already.
   for (detail::StreamHandle s : work.stream_uses) {
-    detail::EventHandle e = backend_.event_create(device_, detail::kEventDisableTiming);
-    backend_.event_record(e, s);
-    backend_.stream_wait_event(work.stream, e);
-    backend_.event_destroy(e);
+    detail::EventHandle e = streams_.event_create(device_, detail::kEventDisableTiming);
+    streams_.event_record(e, s);
+    streams_.stream_wait_event(work.stream, e);
+    streams_.event_destroy(e);
   }
-  backend_.mem_free_async(work.ptr, work.stream);
+  memory_.mem_free_async(work.ptr, work.stream);
 }
 
 }  // namespace cudakit::memory

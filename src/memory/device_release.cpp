@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "backend/device_ops.hpp"
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/pluggable.hpp"
@@ -50,7 +51,7 @@ void DeviceAllocator::wait_for_pending_events(Locked& lock) {
     WaitScope wait;
     for (auto& [e, b] : taken) {
       try {
-        backend_.event_synchronize(e);
+        streams_.event_synchronize(e);
       } catch (...) {
         if (!error) error = std::current_exception();
       }
@@ -103,19 +104,19 @@ void DeviceAllocator::run_deferred(std::vector<Deferred>& work) {
     try {
       if (d.segment) {
         if (d.source) d.source->free(d.segment);
-        else backend_.mem_free(device_, d.segment);
+        else memory_.mem_free(device_, d.segment);
       } else if (d.sleep) {
         unmapped = true;
         d.sleep_ok = unmap_sleep_segment(d.sleep_segment, &error);
       } else if (d.unmapping) {
         unmapped = true;
-        ExpandableSegment::unmap(backend_, d.chunks, vm_calls_);
+        ExpandableSegment::unmap(memory_, d.chunks, vm_calls_);
         // Exported chunks are never kept as spares (expandable_segment.hpp).
         for (const auto& c : d.chunks)
-          if (!d.keep_handles || c.fd >= 0) ExpandableSegment::destroy(backend_, c.handle, vm_calls_);
+          if (!d.keep_handles || c.fd >= 0) ExpandableSegment::destroy(memory_, c.handle, vm_calls_);
       } else if (!d.destroy.empty()) {
         unmapped = true;
-        for (detail::PhysMemHandle h : d.destroy) ExpandableSegment::destroy(backend_, h, vm_calls_);
+        for (detail::PhysMemHandle h : d.destroy) ExpandableSegment::destroy(memory_, h, vm_calls_);
       }
     } catch (...) {
       if (!error) error = std::current_exception();
@@ -297,7 +298,7 @@ void DeviceAllocator::reject_impossible(std::size_t size, detail::StreamHandle s
   // or retry can help, and no statistic but num_ooms changes.
   detail::MemInfo mi{};
   try {
-    mi = backend_.mem_get_info(device_);
+    mi = devices_.mem_get_info(device_);
   } catch (...) {
     mi.total = total_memory_;
   }
@@ -319,7 +320,7 @@ void DeviceAllocator::raise_oom(std::size_t size, std::size_t alloc_size,
   stats_.oom();
   detail::MemInfo mi{};
   try {
-    mi = backend_.mem_get_info(device_);
+    mi = devices_.mem_get_info(device_);
   } catch (...) {
   }
   const std::size_t allocated = stats_.allocated_bytes();

@@ -10,9 +10,11 @@
 #include <exception>
 #include <stdexcept>
 
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
 #include "core/capture_gate.hpp"
-#include "memory/device_allocator.hpp"
 #include "cudakit/device.hpp"
+#include "memory/device_allocator.hpp"
 #include "memory/history.hpp"
 
 namespace cudakit::memory {
@@ -29,7 +31,7 @@ constexpr std::size_t kMapAhead = 80 * kMiB;
 constexpr std::size_t kGrowChunksFrom = 512 * kMiB;
 }
 
-ExpandableSegment::ExpandableSegment(detail::Backend& b, int dev, detail::StreamHandle s,
+ExpandableSegment::ExpandableSegment(detail::MemoryOps& b, int dev, detail::StreamHandle s,
                                      std::size_t reserve_bytes, std::size_t unit_bytes,
                                      bool is_small)
     : backend(b), device(dev), stream(s), small(is_small), unit_(unit_bytes) {
@@ -210,7 +212,7 @@ std::vector<ExpandableSegment::SharedChunk> ExpandableSegment::share(std::uintpt
   return out;
 }
 
-void ExpandableSegment::unmap(detail::Backend& backend, const std::vector<DetachedChunk>& chunks,
+void ExpandableSegment::unmap(detail::MemoryOps& backend, const std::vector<DetachedChunk>& chunks,
                               VmCallCounts& calls) {
   // Descriptors first: closing them never fails, and the mapping keeps the memory meanwhile.
   for (const DetachedChunk& c : chunks)
@@ -221,7 +223,7 @@ void ExpandableSegment::unmap(detail::Backend& backend, const std::vector<Detach
   }
 }
 
-void ExpandableSegment::destroy(detail::Backend& backend, detail::PhysMemHandle h,
+void ExpandableSegment::destroy(detail::MemoryOps& backend, detail::PhysMemHandle h,
                                 VmCallCounts& calls) {
   backend.vm_destroy(h);
   VmCallCounts::bump(calls.destroy);
@@ -315,7 +317,7 @@ void DeviceAllocator::release_expandable(Locked& lock) {
     // Not while another thread captures: the synchronize would invalidate its capture
     // (core/capture_gate.hpp); the free pages then stay mapped until a later release.
     synchronized = detail::synchronize_unless_capturing([this] {
-      backend_.device_synchronize(device_);
+      devices_.device_synchronize(device_);
     });
   }
   lock.lock();
@@ -428,7 +430,7 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
     want = std::max(std::min(want, kMaxReservation), size);
     std::unique_ptr<ExpandableSegment> es;
     for (;;) {
-      es = std::make_unique<ExpandableSegment>(backend_, device_, stream, want, chunk,
+      es = std::make_unique<ExpandableSegment>(memory_, device_, stream, want, chunk,
                                                pool.is_small);
       if (es->base) break;
       if (want / 2 < size) return nullptr;

@@ -77,7 +77,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/memory_ops.hpp"
 
 namespace cudakit::memory {
 
@@ -95,7 +95,7 @@ struct VmCallCounts {
 };
 
 struct ExpandableSegment {
-  ExpandableSegment(detail::Backend& b, int device, detail::StreamHandle stream,
+  ExpandableSegment(detail::MemoryOps& b, int device, detail::StreamHandle stream,
                     std::size_t reserve_bytes, std::size_t unit_bytes, bool small);
   ~ExpandableSegment();  // unmaps and releases (skipped at process exit)
   ExpandableSegment(const ExpandableSegment&) = delete;
@@ -145,9 +145,9 @@ struct ExpandableSegment {
   // when the backend's chunks cannot be shared); chunks exported before a failure stay so.
   std::vector<SharedChunk> share(std::uintptr_t addr, std::size_t bytes);
   // Driver calls, no allocator lock needed or wanted. unmap also closes exported descriptors.
-  static void unmap(detail::Backend& backend, const std::vector<DetachedChunk>& chunks,
+  static void unmap(detail::MemoryOps& backend, const std::vector<DetachedChunk>& chunks,
                     VmCallCounts& calls);
-  static void destroy(detail::Backend& backend, detail::PhysMemHandle h, VmCallCounts& calls);
+  static void destroy(detail::MemoryOps& backend, detail::PhysMemHandle h, VmCallCounts& calls);
 
   std::size_t mapped_bytes() const noexcept { return mapped_units_ * unit_; }
   std::size_t unit_bytes() const noexcept { return unit_; }
@@ -158,7 +158,7 @@ struct ExpandableSegment {
     return base + (u - u % len_[u]) * unit_;
   }
 
-  detail::Backend& backend;
+  detail::MemoryOps& backend;
   int device;
   detail::StreamHandle stream;
   bool small;

@@ -1,6 +1,7 @@
 // FreeBlockIndex: segregated size bins per stream. See free_index.hpp for why.
 #include "memory/free_index.hpp"
 
+#include "backend/types.hpp"
 #include "memory/device_allocator.hpp"
 
 namespace cudakit::memory {

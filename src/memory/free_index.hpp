@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 
 namespace cudakit::memory {
 

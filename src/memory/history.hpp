@@ -56,8 +56,8 @@
 #include <chrono>
 #endif
 
+#include "backend/types.hpp"
 #include "cudakit/python_stacks.hpp"
-#include "backend/backend.hpp"
 
 namespace cudakit::memory {
 

@@ -10,6 +10,10 @@
 #include <optional>
 #include <thread>
 
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
 #include "devices/resolve.hpp"
@@ -116,7 +120,7 @@ void* HostAllocator::allocate(std::size_t bytes) {
 }
 
 void* HostAllocator::new_block(std::size_t size, const Settings& s, bool& registered) {
-  detail::Backend& be = detail::backend();
+  detail::MemoryOps& be = detail::memory_ops();
   registered = s.use_host_register;
   if (!s.use_host_register) return be.host_alloc_pinned(size);
   // torch's cudaHostRegister mode: ordinary memory, its pages faulted in first (in parallel
@@ -151,7 +155,7 @@ void* HostAllocator::new_block(std::size_t size, const Settings& s, bool& regist
 }
 
 void HostAllocator::release_block(void* p, bool registered) {
-  detail::Backend& be = detail::backend();
+  detail::MemoryOps& be = detail::memory_ops();
   if (!registered) {
     be.host_free_pinned(p);
     return;
@@ -174,7 +178,7 @@ bool HostAllocator::free(void* ptr) {
   bump(stats_.allocations, -1);
   bump(stats_.allocated_bytes, -static_cast<std::int64_t>(b.size));
   if (!b.streams.empty() && !detail::is_shutting_down()) {
-    detail::Backend& be = detail::backend();
+    detail::StreamOps& be = detail::stream_ops();
     for (auto [s, dev] : b.streams) {
       detail::EventHandle e = take_event(dev);
       be.event_record(e, s);  // enqueues a marker: no wait under the lock
@@ -192,12 +196,12 @@ bool HostAllocator::free(void* ptr) {
 }
 
 void HostAllocator::process_events() {
-  detail::Backend& be = detail::backend();
+  detail::StreamOps& be = detail::stream_ops();
   // While a graph is captured on some thread, the queries (of events recorded outside it) run
   // in relaxed mode: CUDA refuses them as "potentially unsafe" otherwise, and invalidates the
   // capture, from the capturing thread or, in global mode, from this background thread.
   std::optional<detail::ThreadCaptureModeGuard> relaxed;
-  if (detail::live_captures() != 0) relaxed.emplace(be, detail::CaptureMode::relaxed);
+  if (detail::live_captures() != 0) relaxed.emplace(detail::graph_ops(), detail::CaptureMode::relaxed);
   std::size_t keep = 0;
   for (void* p : pending_) {
     HostBlock& b = blocks_[p];
@@ -220,7 +224,7 @@ void HostAllocator::process_events() {
 
 detail::EventHandle HostAllocator::take_event(int device) {
   std::vector<detail::EventHandle>& pool = event_pool_[device];
-  if (pool.empty()) return detail::backend().event_create(device, detail::kEventDisableTiming);
+  if (pool.empty()) return detail::stream_ops().event_create(device, detail::kEventDisableTiming);
   detail::EventHandle e = pool.back();
   pool.pop_back();
   return e;

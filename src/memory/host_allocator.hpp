@@ -32,7 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/config.hpp"

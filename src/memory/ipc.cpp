@@ -40,6 +40,8 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/device_ops.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/device_allocator.hpp"
@@ -108,7 +110,7 @@ IpcMemHandle export_expandable(int device, const memory::DeviceAllocator::Expand
   std::memcpy(hd.magic, kVmMagic, sizeof kVmMagic);
   hd.pid = static_cast<std::int32_t>(::getpid());
   hd.count = static_cast<std::uint32_t>(s.chunks.size());
-  hd.unit_bytes = detail::backend().vm_granularity(device);
+  hd.unit_bytes = detail::memory_ops().vm_granularity(device);
   std::memcpy(h.bytes, &hd, sizeof hd);
   h.chunks.resize(s.chunks.size() * sizeof(VmChunk));
   for (std::size_t i = 0; i < s.chunks.size(); ++i) {
@@ -194,7 +196,7 @@ int fetch_fd(int pidfd, int pid, const VmChunk& c, std::size_t index) {
 
 // Imports an expandable-segment handle (g_ipc_mutex held): reserves, imports, maps.
 void open_expandable(const IpcMemHandle& handle, Opened& o) {
-  detail::Backend& b = detail::backend();
+  detail::MemoryOps& b = detail::memory_ops();
   VmHeader hd{};
   std::memcpy(&hd, handle.bytes, sizeof hd);
   const std::size_t gran = b.vm_granularity(handle.device);
@@ -281,7 +283,7 @@ void open_expandable(const IpcMemHandle& handle, Opened& o) {
   o.base = reinterpret_cast<void*>(va);
 }
 
-void close_opened(detail::Backend& b, const Opened& o) {
+void close_opened(detail::MemoryOps& b, const Opened& o) {
   if (!o.vm) {
     b.mem_close_ipc(o.base);
     return;
@@ -319,7 +321,7 @@ IpcMemHandle ipc_export(void* ptr) {
   } else {
     // The driver exports whole allocations: export the segment and the offset inside it.
     const std::uintptr_t base = a.segment_base(ptr);
-    detail::IpcHandle raw = detail::backend().mem_ipc_handle(reinterpret_cast<void*>(base));
+    detail::IpcHandle raw = detail::memory_ops().mem_ipc_handle(reinterpret_cast<void*>(base));
     std::copy(std::begin(raw.bytes), std::end(raw.bytes), h.bytes);
     {
       std::lock_guard lock(g_ipc_mutex);
@@ -333,7 +335,7 @@ IpcMemHandle ipc_export(void* ptr) {
 }
 
 void* ipc_import(const IpcMemHandle& handle) {
-  const int n = detail::backend().device_count();
+  const int n = detail::device_ops().device_count();
   if (handle.device < 0 || handle.device >= n)
     throw ValueError("ipc_import: handle.device " + std::to_string(handle.device) +
                      " is not a device of this process (valid: 0.." + std::to_string(n - 1) +
@@ -366,7 +368,7 @@ void* ipc_import(const IpcMemHandle& handle) {
       } else {
         detail::IpcHandle raw;
         std::copy(std::begin(handle.bytes), std::end(handle.bytes), raw.bytes);
-        o.base = detail::backend().mem_open_ipc(raw);
+        o.base = detail::memory_ops().mem_open_ipc(raw);
       }
     } catch (...) {
       g_opened.erase(key);
@@ -410,7 +412,7 @@ void ipc_collect() {
   }
   std::exception_ptr error;
   memory::WaitScope wait;
-  detail::Backend& b = detail::backend();
+  detail::MemoryOps& b = detail::memory_ops();
   for (const Opened& o : close) {
     try {
       close_opened(b, o);

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/device_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
@@ -292,7 +293,7 @@ std::optional<AllocationInfo> allocation_info(const void* ptr) {
 
 std::vector<GpuProcess> gpu_processes(int device) {
   std::vector<GpuProcess> out;
-  for (auto& p : detail::backend().gpu_processes(dev_of(device)))
+  for (auto& p : detail::device_ops().gpu_processes(dev_of(device)))
     out.push_back(GpuProcess{p.pid, p.used_bytes});
   return out;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backend/types.hpp"
 #include "memory/device_allocator.hpp"
 
 namespace cudakit::memory {
@@ -68,7 +69,7 @@ OomFacts DeviceAllocator::oom_facts(std::size_t size, std::size_t alloc_size,
   f.allocated = stats_.allocated_bytes();
   f.reserved = stats_.reserved_bytes();
   try {
-    f.device_free = backend_.mem_get_info(device_).free;
+    f.device_free = devices_.mem_get_info(device_).free;
   } catch (...) {
   }
   f.limit_room = limit_ == SIZE_MAX ? SIZE_MAX : limit_room();

@@ -7,6 +7,7 @@
 #include <exception>
 #include <utility>
 
+#include "backend/types.hpp"
 #include "cudakit/error.hpp"
 
 namespace cudakit::memory {

@@ -16,7 +16,7 @@
 #include <sys/types.h>
 #include <unordered_map>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/stats.hpp"
 

@@ -23,6 +23,8 @@
 #include <map>
 #include <mutex>
 
+#include "backend/device_ops.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/device_allocator.hpp"
@@ -47,7 +49,7 @@ std::vector<DeviceAllocator::SleepShare> DeviceAllocator::share_sleep_pool(Sleep
   for (auto& [va, seg] : sp.segments) {
     std::uintptr_t at = va;
     for (std::size_t i = 0; i < seg.sizes.size(); ++i) {
-      if (export_fds && seg.fds[i] < 0) seg.fds[i] = backend_.vm_export_fd(seg.handles[i]);
+      if (export_fds && seg.fds[i] < 0) seg.fds[i] = memory_.vm_export_fd(seg.handles[i]);
       out.push_back(SleepShare{at, seg.sizes[i], export_fds ? seg.fds[i] : -1});
       at += seg.sizes[i];
     }
@@ -103,7 +105,7 @@ std::pair<std::uintptr_t, std::size_t> extent(
   return {lo, hi - lo};
 }
 
-void unmap_imported(detail::Backend& b, const Imported& im, std::uintptr_t base,
+void unmap_imported(detail::MemoryOps& b, const Imported& im, std::uintptr_t base,
                     std::exception_ptr* error) {
   auto attempt = [&](auto&& f) {
     try {
@@ -169,8 +171,8 @@ PoolView import_pool(const std::vector<unsigned char>& handle) {
     throw ValueError("import_pool: not a handle made by export_pool (" +
                      std::to_string(handle.size()) + " bytes without its header)");
   std::memcpy(&hd, handle.data(), sizeof hd);
-  detail::Backend& b = detail::backend();
-  const int n = b.device_count();
+  detail::MemoryOps& b = detail::memory_ops();
+  const int n = detail::device_ops().device_count();
   if (hd.device < 0 || hd.device >= n)
     throw ValueError("import_pool: the handle's device " + std::to_string(hd.device) +
                      " is not a device of this process (valid: 0.." + std::to_string(n - 1) + ")");
@@ -258,7 +260,7 @@ void close_pool(const PoolView& view) {
   std::exception_ptr error;
   {
     memory::WaitScope wait;  // cuMemUnmap may wait for the device
-    unmap_imported(detail::backend(), im, view.base, &error);
+    unmap_imported(detail::memory_ops(), im, view.base, &error);
   }
   if (error) std::rethrow_exception(error);
 }

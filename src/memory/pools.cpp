@@ -3,6 +3,8 @@
 #include <thread>
 #include <type_traits>
 
+#include "backend/lifetime.hpp"
+#include "backend/types.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/device_allocator.hpp"

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/types.hpp"
 #include "memory/block.hpp"
 
 namespace cudakit::memory {

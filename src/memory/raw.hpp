@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "devices/resolve.hpp"
 
 namespace cudakit::memory {

@@ -6,6 +6,10 @@
 #include <mutex>
 #include <string>
 
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "devices/resolve.hpp"
@@ -30,9 +34,9 @@ DeviceAllocator& device_allocator(int device) {
     // settings that a concurrent change has just refused or replaced.
     std::lock_guard lock(g_create_mutex);
     if ((a = g_allocators[device].load(std::memory_order_acquire))) return *a;
-    detail::Backend& b = detail::backend();
-    if (device >= b.device_count()) detail::throw_invalid_device(device);
-    a = new DeviceAllocator(device, b, config());  // leaked on purpose
+    if (device >= detail::device_ops().device_count()) detail::throw_invalid_device(device);
+    a = new DeviceAllocator(device, detail::device_ops(), detail::memory_ops(),
+                            detail::stream_ops(), detail::graph_ops(), config());  // leaked on purpose
     g_allocators[device].store(a, std::memory_order_release);
   }
   warn_about_env_config_once();  // no lock held: the handler may take the GIL

@@ -11,6 +11,9 @@
 #include <mutex>
 #include <thread>
 
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/memory.hpp"
 #include "memory/deferred_free.hpp"
@@ -90,7 +93,7 @@ std::vector<std::size_t> sleep_chunk_sizes(std::size_t bytes, std::size_t gran,
   return out;
 }
 
-std::uintptr_t sleep_take_va(SleepPool& sp, detail::Backend& b, std::size_t bytes,
+std::uintptr_t sleep_take_va(SleepPool& sp, detail::MemoryOps& b, std::size_t bytes,
                              std::size_t reserve_bytes) {
   for (auto& r : sp.reservations) {
     for (auto it = r.free.begin(); it != r.free.end(); ++it) {  // first fit: the pool stays dense
@@ -160,21 +163,21 @@ void DeviceAllocator::check_pool_awake(BlockPool& pool, std::size_t size) {
 Block* DeviceAllocator::alloc_sleep_segment(BlockPool& pool, std::size_t size,
                                             detail::StreamHandle stream) {
   SleepPool& sp = *pool.owner->sleep;
-  const std::size_t gran = std::max<std::size_t>(backend_.vm_granularity(device_), 1);
+  const std::size_t gran = std::max<std::size_t>(memory_.vm_granularity(device_), 1);
   // The grown size first, then the request's own size when the device (or the memory
   // fraction) cannot hold the grown one: growth must not turn into an out-of-memory error.
   const std::size_t minimal = round_up(std::max(allocation_size(size), size), gran);
   const std::size_t grown =
       sleep_segment_size(sp, pool.is_small, size, allocation_size(size), gran);
   // Graph capture may grow a pool (as alloc_segment): the VM calls do not enqueue work.
-  detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
+  detail::ThreadCaptureModeGuard relaxed(graphs_, detail::CaptureMode::relaxed);
   const std::size_t reserve = round_up(std::min(total_memory_, kMaxReservation), gran);
   SleepSegment seg;
   std::uintptr_t va = 0;
   for (const std::size_t seg_bytes : {grown, minimal}) {
     if (seg_bytes != grown && seg_bytes >= grown) break;  // nothing smaller to try
     if (seg_bytes > total_memory_ || would_exceed_limit(seg_bytes)) continue;
-    va = sleep_take_va(sp, backend_, seg_bytes, reserve);
+    va = sleep_take_va(sp, memory_, seg_bytes, reserve);
     if (!va) return nullptr;
     seg = SleepSegment{};
     seg.va = va;
@@ -217,21 +220,21 @@ bool DeviceAllocator::map_sleep_segment(SleepSegment& seg) {
   auto destroy_all = [&] {
     for (detail::PhysMemHandle h : handles) {
       try {
-        backend_.vm_destroy(h);
+        memory_.vm_destroy(h);
       } catch (...) {  // the first error is the one reported
       }
     }
   };
   try {
     for (std::size_t n : seg.sizes) {
-      const detail::PhysMemHandle h = backend_.vm_create(device_, n);
+      const detail::PhysMemHandle h = memory_.vm_create(device_, n);
       if (!h) {
         destroy_all();
         return false;
       }
       handles.push_back(h);
     }
-    backend_.vm_map_chunks(seg.va, seg.sizes.data(), handles.data(), handles.size(), device_);
+    memory_.vm_map_chunks(seg.va, seg.sizes.data(), handles.data(), handles.size(), device_);
   } catch (...) {
     destroy_all();
     throw;
@@ -255,10 +258,10 @@ bool DeviceAllocator::unmap_sleep_segment(SleepSegment& seg, std::exception_ptr*
   };
   std::uintptr_t at = seg.va;
   for (std::size_t i = 0; i < seg.handles.size(); ++i) {
-    attempt([&] { backend_.vm_unmap(at, seg.sizes[i]); });
+    attempt([&] { memory_.vm_unmap(at, seg.sizes[i]); });
     at += seg.sizes[i];
   }
-  for (detail::PhysMemHandle h : seg.handles) attempt([&] { backend_.vm_destroy(h); });
+  for (detail::PhysMemHandle h : seg.handles) attempt([&] { memory_.vm_destroy(h); });
   for (int fd : seg.fds)
     if (fd >= 0) ::close(fd);
   seg.handles.clear();
@@ -295,7 +298,7 @@ std::size_t DeviceAllocator::sleep_pool(SleepPool& sp, bool offload, detail::Str
   try {
     WaitScope wait;
     // Work on any stream may still read or write the pool.
-    backend_.device_synchronize(device_);
+    devices_.device_synchronize(device_);
     if (!runs.empty()) {
       std::size_t total = 0;
       for (const auto& r : runs) total += r.second;
@@ -305,8 +308,8 @@ std::size_t DeviceAllocator::sleep_pool(SleepPool& sp, bool offload, detail::Str
       }
       host_bytes = total;
       for (const SleepCopy& c : sleep_plan_copies(runs, host, /*to_host=*/true))
-        backend_.memcpy_async(c.dst, c.src, c.bytes, stream);
-      backend_.stream_synchronize(stream);
+        memory_.memcpy_async(c.dst, c.src, c.bytes, stream);
+      streams_.stream_synchronize(stream);
     }
   } catch (...) {
     free_host(host);
@@ -370,7 +373,7 @@ void DeviceAllocator::wake_pool(SleepPool& sp, detail::StreamHandle stream) {
       }
       std::size_t need = 0;
       for (std::size_t i = mapped; i < segs.size(); ++i) need += segs[i]->bytes;
-      detail::MemInfo mi = backend_.mem_get_info(device_);
+      detail::MemInfo mi = devices_.mem_get_info(device_);
       throw OutOfMemoryError(
           "CUDA out of memory: wake_up of sleep pool " + quoted(sp.tag) + " on device " +
               std::to_string(device_) + " needs " + std::to_string(need) +
@@ -383,9 +386,9 @@ void DeviceAllocator::wake_pool(SleepPool& sp, detail::StreamHandle stream) {
     if (sp.offloaded && !sp.runs.empty()) {
       WaitScope wait;
       for (const SleepCopy& c : sleep_plan_copies(sp.runs, sp.host, /*to_host=*/false))
-        backend_.memcpy_async(c.dst, c.src, c.bytes, stream);
+        memory_.memcpy_async(c.dst, c.src, c.bytes, stream);
       // Returns after the copies (sleep_pool.hpp: any stream may use the memory at once).
-      backend_.stream_synchronize(stream);
+      streams_.stream_synchronize(stream);
     }
   } catch (...) {
     back_to_sleep();

@@ -53,7 +53,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/memory_ops.hpp"
 #include "memory/block.hpp"
 
 namespace cudakit::memory {
@@ -126,7 +126,7 @@ std::vector<SleepCopy> sleep_plan_copies(
     const std::vector<std::pair<void*, std::size_t>>& host, bool to_host);
 // Address ranges of the pool's reservations (allocator locks held): take returns 0 when the
 // backend cannot reserve more address space; give returns a range taken before.
-std::uintptr_t sleep_take_va(SleepPool& sp, detail::Backend& b, std::size_t bytes,
+std::uintptr_t sleep_take_va(SleepPool& sp, detail::MemoryOps& b, std::size_t bytes,
                              std::size_t reserve_bytes);
 void sleep_give_va(SleepPool& sp, std::uintptr_t va, std::size_t bytes);
 

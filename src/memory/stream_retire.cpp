@@ -19,6 +19,8 @@
 #include <optional>
 #include <vector>
 
+#include "backend/graph_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
 #include "instrument/stream_lifetime.hpp"
@@ -50,13 +52,13 @@ void DeviceAllocator::note_new_stream(detail::StreamHandle stream) {
       // the blocks tagged with the old handle, so the stream is left un-noted and the wait
       // happens at its first allocation after the capture.
       try {
-        if (backend_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none)
+        if (graphs_.stream_capture_status(stream, nullptr) != detail::CaptureStatus::none)
           return;
       } catch (...) {
         return;
       }
       try {
-        backend_.stream_wait_event(stream, retired_[i].fence);
+        streams_.stream_wait_event(stream, retired_[i].fence);
       } catch (...) {
         break;  // keep the fence: all_noted_streams_idle still asks it
       }
@@ -87,8 +89,8 @@ void DeviceAllocator::retire_stream(detail::StreamHandle stream) noexcept {
     // that frees memory here).
     bool recorded = false;
     try {
-      if (!e) e = backend_.event_create(device_, detail::kEventDisableTiming);
-      backend_.event_record(e, stream);
+      if (!e) e = streams_.event_create(device_, detail::kEventDisableTiming);
+      streams_.event_record(e, stream);
       recorded = true;
     } catch (...) {
     }
@@ -112,8 +114,8 @@ bool DeviceAllocator::fence_done(std::size_t i) noexcept {
     // In relaxed capture mode: a query of an event recorded outside any capture has no part
     // in one, but CUDA refuses it as "potentially unsafe" (and invalidates the capture) from
     // a thread that captures, or from any thread while another captures in global mode.
-    detail::ThreadCaptureModeGuard relaxed(backend_, detail::CaptureMode::relaxed);
-    return backend_.event_query(e);
+    detail::ThreadCaptureModeGuard relaxed(graphs_, detail::CaptureMode::relaxed);
+    return streams_.event_query(e);
   } catch (...) {
     return false;
   }
@@ -160,7 +162,7 @@ bool DeviceAllocator::all_noted_streams_idle() noexcept {
   // allows them (fence_done explains the rule).
   std::optional<detail::ThreadCaptureModeGuard> relaxed;
   try {
-    relaxed.emplace(backend_, detail::CaptureMode::relaxed);
+    relaxed.emplace(graphs_, detail::CaptureMode::relaxed);
   } catch (...) {
     return false;
   }
@@ -171,7 +173,7 @@ bool DeviceAllocator::all_noted_streams_idle() noexcept {
   for (detail::StreamHandle s : noted_streams_) {
     if (!s) continue;
     try {
-      if (backend_.stream_capture_status(s, nullptr) != detail::CaptureStatus::none) return false;
+      if (graphs_.stream_capture_status(s, nullptr) != detail::CaptureStatus::none) return false;
     } catch (...) {
       // a foreign stream its owner destroyed: the query below drops it
     }
@@ -181,10 +183,10 @@ bool DeviceAllocator::all_noted_streams_idle() noexcept {
     try {
       bool idle;
       if (s) {
-        idle = backend_.stream_query(s);
+        idle = streams_.stream_query(s);
       } else {  // the legacy stream of this device (a null handle)
         DeviceGuard guard(device_);
-        idle = backend_.stream_query(s);
+        idle = streams_.stream_query(s);
       }
       if (!idle) return false;
       ++i;

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "backend/comm_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "nccl/communicator_impl.hpp"
@@ -92,7 +95,7 @@ void defer_tracking(const std::shared_ptr<Communicator::Impl>& impl, StreamRef s
 }
 
 void group_start() {
-  detail::backend().comm_group_start();
+  detail::comm_ops().comm_group_start();
   ++front_group().depth;
 }
 
@@ -104,7 +107,7 @@ void group_end() {
   --g.depth;
   std::vector<DeferredTrack> tracks;
   if (g.depth == 0) tracks = std::move(g.tracks), g.tracks.clear();
-  detail::backend().comm_group_end();
+  detail::comm_ops().comm_group_end();
   for (auto& t : tracks) {
     if (auto impl = t.impl.lock()) impl->track(t.stream, t.what);
   }
@@ -278,7 +281,7 @@ void Communicator::Impl::synchronize() {
 
 void Communicator::Impl::track(StreamRef s, const std::string& what) {
   DeviceGuard guard(device());
-  if (detail::backend().stream_capture_status(s.handle(), nullptr) != detail::CaptureStatus::none) {
+  if (detail::graph_ops().stream_capture_status(s.handle(), nullptr) != detail::CaptureStatus::none) {
     return;  // captured into a graph: replays are not operations of this handle
   }
   Event done;
@@ -301,7 +304,7 @@ void Communicator::Impl::enqueue(CommArgs args, std::optional<StreamRef> stream,
   bool capturing = false;
   {
     DeviceGuard guard(dev);
-    capturing = detail::backend().stream_capture_status(s.handle(), nullptr) != detail::CaptureStatus::none;
+    capturing = detail::graph_ops().stream_capture_status(s.handle(), nullptr) != detail::CaptureStatus::none;
   }
   // Inside a capture the graph's users keep its tensors alive (as with torch); outside, the
   // caching allocator learns that `s` uses them.
@@ -349,7 +352,7 @@ Communicator::Communicator(int world_size, const UniqueId& id, int rank, CommOpt
   detail::CommInitOptions init;
   init.blocking = options.blocking;
   init.timeout = options.timeout;
-  auto comm = detail::backend().comm_init_rank(world_size, id, rank, options.device, init);
+  auto comm = detail::comm_ops().comm_init_rank(world_size, id, rank, options.device, init);
   impl_ = std::make_shared<Impl>(std::move(comm), options);
   if (options.blocking) impl_->wait_ready();
   Watchdog::instance().add(impl_);

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/collectives.hpp"
 #include "cudakit/nccl.hpp"
 
 namespace cudakit::nccl {

@@ -1,7 +1,7 @@
 // nccl:: names that need no communicator: errors, versions, ids, availability.
 #include <cstring>
 
-#include "backend/backend.hpp"
+#include "backend/comm_ops.hpp"
 #include "cudakit/nccl.hpp"
 
 namespace cudakit::nccl {
@@ -48,7 +48,7 @@ bool engine_available() noexcept {
   try {
     // Fixed for the process once the backend exists (the library is probed once); comm's
     // transport choice asks on every call.
-    static const bool available = detail::backend().comm_engine().available;
+    static const bool available = detail::comm_ops().comm_engine().available;
     return available;
   } catch (...) {
     return false;
@@ -56,7 +56,7 @@ bool engine_available() noexcept {
 }
 
 Version version() {
-  detail::CommEngineInfo info = detail::backend().comm_engine();
+  detail::CommEngineInfo info = detail::comm_ops().comm_engine();
   if (!info.available) throw NotSupportedError("nccl.version(): " + info.reason);
   Version v;
   detail::split_nccl_version(info.version_code, &v.major, &v.minor, &v.patch);
@@ -82,6 +82,6 @@ bool is_available(const std::vector<Tensor>& tensors) noexcept {
   }
 }
 
-UniqueId unique_id() { return detail::backend().comm_unique_id(); }
+UniqueId unique_id() { return detail::comm_ops().comm_unique_id(); }
 
 }  // namespace cudakit::nccl

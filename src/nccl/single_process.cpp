@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "backend/comm_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/nccl.hpp"
@@ -30,7 +31,7 @@ const std::vector<std::shared_ptr<BackendComm>>& cached_comms(const std::vector<
   CommCache& c = cache();
   std::lock_guard lock(c.mu);
   auto it = c.comms.find(devices);
-  if (it == c.comms.end()) it = c.comms.emplace(devices, backend().comm_init_all(devices)).first;
+  if (it == c.comms.end()) it = c.comms.emplace(devices, comm_ops().comm_init_all(devices)).first;
   last_key = devices;
   last = &it->second;  // map nodes are stable and never erased
   return *last;
@@ -38,7 +39,7 @@ const std::vector<std::shared_ptr<BackendComm>>& cached_comms(const std::vector<
 
 void launch_grouped(const std::vector<std::shared_ptr<BackendComm>>& comms,
                     std::vector<CommArgs> args, const std::vector<StreamRef>& streams) {
-  Backend& be = backend();
+  CommOps& be = comm_ops();
   be.comm_group_start();
   try {
     for (std::size_t i = 0; i < comms.size(); ++i) {

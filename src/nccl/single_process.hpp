@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/collectives.hpp"
 #include "cudakit/stream.hpp"
 
 namespace cudakit::detail {

@@ -8,12 +8,13 @@
 #include <string>
 #include <utility>
 
+#include "backend/graph_ops.hpp"
+#include "backend/math_ops.hpp"
+#include "core/capture_gate.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
-#include "core/capture_gate.hpp"
-#include "backend/backend.hpp"
 #include "tunable/dispatch.hpp"
 
 namespace cudakit {
@@ -80,7 +81,7 @@ bool capturing(int device, detail::StreamHandle s) {
   // another stream captures globally can be an implicit-synchronisation error.
   if (detail::live_captures() == 0) return false;
   if (StreamRef::from_handle(s, device).is_default()) return false;
-  return detail::backend().stream_capture_status(s, nullptr) != detail::CaptureStatus::none;
+  return detail::graph_ops().stream_capture_status(s, nullptr) != detail::CaptureStatus::none;
 }
 
 Workspace workspace(int device, detail::StreamHandle s) {

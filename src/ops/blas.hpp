@@ -2,7 +2,7 @@
 // emulated): this file only maps tensor layouts onto BLAS's column-major arguments.
 #pragma once
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/tensor.hpp"
 
 namespace cudakit::ops {

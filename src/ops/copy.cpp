@@ -1,6 +1,8 @@
 // Tensor::copy_ (any device <-> any device, any dtype, strided, broadcast), fill_, item().
 #include <cstring>
 
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/ops.hpp"
 #include "devices/sync_debug.hpp"
@@ -45,7 +47,7 @@ const void* dense_begin(const Tensor& t) {
 
 // Keeps storages alive until the work enqueued so far on `s` has run.
 void keep_alive(detail::StreamHandle s, std::vector<std::shared_ptr<Storage>> keep) {
-  detail::backend().launch_host_task(s, [keep = std::move(keep)] {});
+  detail::stream_ops().launch_host_task(s, [keep = std::move(keep)] {});
 }
 
 // Makes both ends of an asynchronous host<->device copy on `s` (device `dev`) safe to free
@@ -90,7 +92,7 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
     if (same_dense_layout(*this, src) && dd.is_cuda()) {
       DeviceGuard guard(dd.index);  // a null (legacy) stream handle names the current device's
       sanitize("copy_", dd, {{&src, "src"}}, {{this, "self"}});
-      detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), stream_for(dd));
+      detail::memory_ops().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), stream_for(dd));
       return *this;
     }
     cast_copy(*this, src);
@@ -121,15 +123,15 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   // One access for the whole transfer on `s` (staging and landing buffers are ops of their own).
   sanitize("copy_", cd, {{&src, "src"}}, {{this, "self"}});
   if (dense) {
-    detail::backend().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), s);
+    detail::memory_ops().memcpy_async(const_cast<void*>(dense_begin(*this)), dense_begin(src), nbytes(), s);
   } else {
     if (is_contiguous()) {
-      detail::backend().memcpy_async(data_ptr(), staged.data_ptr(), nbytes(), s);
+      detail::memory_ops().memcpy_async(data_ptr(), staged.data_ptr(), nbytes(), s);
     } else {
       Tensor landing = empty(sizes_, TensorOptions{dtype_, dd, false});
-      detail::backend().memcpy_async(landing.data_ptr(), staged.data_ptr(), nbytes(), s);
+      detail::memory_ops().memcpy_async(landing.data_ptr(), staged.data_ptr(), nbytes(), s);
       if (dd.is_cpu()) {
-        detail::backend().stream_synchronize(s);  // host scatter needs the bytes
+        detail::stream_ops().stream_synchronize(s);  // host scatter needs the bytes
         if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_stream(s, cd.index);  // sanitizer
       }
       cast_copy(*this, landing);
@@ -141,7 +143,7 @@ Tensor& Tensor::copy_(const Tensor& src0, bool non_blocking) {
   // Asynchronous copies from/to host memory: keep both ends alive until the copy ran.
   if (non_blocking && (dd.is_cpu() || sd.is_cpu())) protect_async_ends(s, cd.index, storage_, src.storage());
   if (!non_blocking && (dd.is_cpu() || sd.is_cpu())) {
-    detail::backend().stream_synchronize(s);
+    detail::stream_ops().stream_synchronize(s);
     if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_stream(s, cd.index);  // sanitizer
   }
   return *this;

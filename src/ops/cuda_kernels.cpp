@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/kernel_ops.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
@@ -47,7 +48,7 @@ detail::Dim3 wave_grid(int device, std::int64_t items, int per_sm) {
 void go(int device, detail::FunctionHandle f, detail::Dim3 grid, detail::StreamHandle s,
         void** params, detail::Dim3 block = detail::Dim3{kBlock, 1, 1}) {
   DeviceGuard on(device);
-  detail::backend().launch_kernel(f, grid, block, 0, s, params);
+  detail::kernel_ops().launch_kernel(f, grid, block, 0, s, params);
 }
 
 template <class Args>

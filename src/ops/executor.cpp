@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "backend/device_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
@@ -16,7 +18,7 @@ namespace cudakit::ops {
 Exec exec_for(const Device& d) {
   if (d.is_cpu()) return Exec::host;
   // The backend is fixed for the process: cache the answer (hot path).
-  static const bool kernels = detail::backend().capabilities().runs_kernels;
+  static const bool kernels = detail::device_ops().capabilities().runs_kernels;
   return kernels ? Exec::cuda : Exec::emulated;
 }
 
@@ -43,10 +45,10 @@ void run_cpu(const Device& d, std::vector<std::shared_ptr<Storage>> keep, std::f
     return s && s->device().is_cuda() && !s->is_external();
   });
   if (keep.empty()) {
-    detail::backend().launch_host_kernel(stream_for(d), kernel, std::move(fn));
+    detail::stream_ops().launch_host_kernel(stream_for(d), kernel, std::move(fn));
     return;
   }
-  detail::backend().launch_host_kernel(stream_for(d), kernel,
+  detail::stream_ops().launch_host_kernel(stream_for(d), kernel,
                                        [keep = std::move(keep), fn = std::move(fn)] { fn(); });
 }
 

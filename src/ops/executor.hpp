@@ -13,11 +13,11 @@
 #include <memory>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/tensor.hpp"
+#include "instrument/observers.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/philox.hpp"
-#include "instrument/observers.hpp"
 
 namespace cudakit::ops {
 

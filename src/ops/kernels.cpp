@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include "backend/kernel_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 
@@ -38,9 +39,9 @@ detail::FunctionHandle get_kernel(int device, KernelModule m, const char* name) 
     const void* image = m == KernelModule::ops      ? static_cast<const void*>(cudakit_fatbin_ops)
                         : m == KernelModule::random ? static_cast<const void*>(cudakit_fatbin_random)
                                                     : static_cast<const void*>(cudakit_fatbin_comm);
-    mod = detail::backend().module_load_data(device, image);
+    mod = detail::kernel_ops().module_load_data(device, image);
   }
-  detail::FunctionHandle f = detail::backend().module_get_function(mod, name);
+  detail::FunctionHandle f = detail::kernel_ops().module_get_function(mod, name);
   functions[key] = f;
   return f;
 #endif

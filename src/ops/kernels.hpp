@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "backend/backend.hpp"
+#include "backend/kernel_ops.hpp"
 
 namespace cudakit::ops {
 

@@ -13,7 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/error.hpp"
 #include "memory/device_allocator.hpp"
 #include "memory/history.hpp"
@@ -57,7 +58,7 @@ std::unordered_map<void*, int>& uncached_blocks() {
 }
 
 void* uncached_alloc(std::size_t size, int device) {
-  void* p = detail::backend().mem_alloc(device, size);
+  void* p = detail::memory_ops().mem_alloc(device, size);
   if (!p) {
     throw OutOfMemoryError("CUDA out of memory. Tried to allocate " + std::to_string(size) +
                            " bytes on device " + std::to_string(device) + " with the caching "
@@ -79,7 +80,7 @@ bool uncached_free(void* p) {
     device = it->second;
     blocks.erase(it);
   }
-  detail::backend().mem_free(device, p);
+  detail::memory_ops().mem_free(device, p);
   return true;
 }
 

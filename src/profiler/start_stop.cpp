@@ -1,7 +1,8 @@
 // profiler::start/stop: thin forwards to the backend seam (cuProfilerStart/Stop on cuda).
 #include <atomic>
 
-#include "backend/backend.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/profiler_ops.hpp"
 #include "cudakit/profiler.hpp"
 
 namespace cudakit::profiler {
@@ -11,13 +12,13 @@ std::atomic<unsigned long long> g_starts{0}, g_stops{0};
 }  // namespace
 
 void start() {
-  detail::backend().profiler_start();
+  detail::profiler_ops().profiler_start();
   g_starts.fetch_add(1, std::memory_order_relaxed);
   g_active.store(true, std::memory_order_release);
 }
 
 void stop() {
-  detail::backend().profiler_stop();
+  detail::profiler_ops().profiler_stop();
   g_stops.fetch_add(1, std::memory_order_relaxed);
   g_active.store(false, std::memory_order_release);
 }

@@ -15,19 +15,22 @@
 #include <optional>
 #include <unordered_set>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/graph_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/profiler_ops.hpp"
+#include "core/capture_gate.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/graph_annotations.hpp"
 #include "cudakit/graphs.hpp"
 #include "cudakit/profiler.hpp"
-#include "core/capture_gate.hpp"
 #include "memory/history.hpp"
 #include "nvtx/trace_hook.hpp"
 #include "profiler/chrome_trace.hpp"
 #include "profiler/collector.hpp"
-#include "profiler/trace_file.hpp"
 #include "profiler/trace_data.hpp"
+#include "profiler/trace_file.hpp"
 
 namespace cudakit::profiler {
 
@@ -199,11 +202,11 @@ struct Trace::Impl {
       // them and invalidates that capture; issue 28). Stopping without the guard when the
       // mode cannot be exchanged (the driver is failing anyway) beats leaving CUPTI running;
       // during process exit the backend makes no driver call, and neither does this.
-      auto& be = cudakit::detail::backend();
+      auto& be = cudakit::detail::profiler_ops();
       std::optional<cudakit::detail::ThreadCaptureModeGuard> relaxed;
       if (!cudakit::detail::is_shutting_down()) {
         try {
-          relaxed.emplace(be, cudakit::detail::CaptureMode::relaxed);
+          relaxed.emplace(cudakit::detail::graph_ops(), cudakit::detail::CaptureMode::relaxed);
         } catch (...) {
         }
       }
@@ -245,8 +248,9 @@ Trace::Trace(TraceOptions options) : impl_(std::make_unique<Impl>()) {
       // Relaxed capture mode on this thread only: starting device activity allocates the
       // tool's record buffers ("potentially unsafe" under CUDA's capture rules), which would
       // fail and invalidate a global-mode capture on any other thread (issue 28 item 2).
-      auto& be = cudakit::detail::backend();
-      cudakit::detail::ThreadCaptureModeGuard relaxed(be, cudakit::detail::CaptureMode::relaxed);
+      auto& be = cudakit::detail::profiler_ops();
+      cudakit::detail::ThreadCaptureModeGuard relaxed(cudakit::detail::graph_ops(),
+                                                      cudakit::detail::CaptureMode::relaxed);
       s.status = be.activity_start(&Collector::instance(), cfg);
       s.backend_started = true;
       if (!s.status.reason.empty()) s.warnings.push_back(s.status.reason);
@@ -296,7 +300,7 @@ void Trace::stop() {
   // flushed yet) and never creates one. Skipped while the current stream captures (a
   // synchronize would invalidate the capture): work still running is then left out, and
   // index_trace says how many records lacked timestamps.
-  auto& be = cudakit::detail::backend();
+  auto& be = cudakit::detail::profiler_ops();
   // Also when cudakit itself never initialised a device (a trace of torch's work): the
   // device activity the backend started is what needs the synchronize.
   if (s.options.synchronize && !exiting && (is_initialized() || s.backend_started)) {
@@ -315,7 +319,8 @@ void Trace::stop() {
   if (s.backend_started && !exiting) {
     try {
       // relaxed for the same reason as at start: a forced flush may hand the tool new buffers
-      cudakit::detail::ThreadCaptureModeGuard relaxed(be, cudakit::detail::CaptureMode::relaxed);
+      cudakit::detail::ThreadCaptureModeGuard relaxed(cudakit::detail::graph_ops(),
+                                                      cudakit::detail::CaptureMode::relaxed);
       be.activity_flush();
     } catch (const std::exception& e) {
       s.warnings.push_back(std::string("stop(): flushing the device records failed: ") +
@@ -346,7 +351,7 @@ void Trace::stop() {
   for (std::string& m : data->store.messages) data->warnings.push_back(std::move(m));
   detail::index_trace(*data);
   if (cudakit::detail::backend_created() && !exiting) {
-    auto& be = cudakit::detail::backend();
+    auto& be = cudakit::detail::device_ops();
     data->backend = be.name();
     std::uint64_t mask = data->store.device_mask;
     for (const ActivityRecord* r : data->records) {

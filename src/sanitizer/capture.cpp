@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "backend/graph_ops.hpp"
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 
@@ -38,7 +39,7 @@ bool capture_record(StreamHandle s, const Pending* ops, int n, const Site* site)
   Captures& c = captures();
   std::uint64_t id = 0;
   try {
-    if (backend().stream_capture_status(s, &id) == CaptureStatus::none) return false;
+    if (cudakit::detail::graph_ops().stream_capture_status(s, &id) == CaptureStatus::none) return false;
   } catch (...) {
     return false;
   }

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory_ops.hpp"
 #include "cudakit/sanitizer.hpp"
 #include "cudakit/stream.hpp"
 #include "cudakit/tensor.hpp"
@@ -339,7 +340,7 @@ void declare_access(std::span<const Buffer> reads, std::span<const Buffer> write
       std::lock_guard lock(sh.mu);
       if (auto it = sh.allocs.find(p.base); it != sh.allocs.end()) dev = it->second.device;
     }
-    if (dev < 0) dev = detail::backend().pointer_device(b.ptr);
+    if (dev < 0) dev = cudakit::detail::memory_ops().pointer_device(b.ptr);
     if (dev < 0) return;
     p.device = dev;
     p.data_ptr = ptr;

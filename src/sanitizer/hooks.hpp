@@ -15,13 +15,12 @@
 #include <initializer_list>
 #include <memory>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "instrument/observers.hpp"
 
 namespace cudakit::sanitizer::detail {
 
 // The seam's names the sanitizer's code uses unqualified.
-using cudakit::detail::backend;
 using cudakit::detail::CaptureStatus;
 using cudakit::detail::EventHandle;
 using cudakit::detail::StreamHandle;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/types.hpp"
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 

@@ -1,6 +1,7 @@
 // Sanitizer: stream registry, host clock, events and the synchronisation hooks.
 #include <algorithm>
 
+#include "backend/types.hpp"
 #include "sanitizer/hooks.hpp"
 #include "sanitizer/tracker.hpp"
 

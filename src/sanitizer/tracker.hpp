@@ -37,14 +37,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/types.hpp"
 #include "cudakit/python_stacks.hpp"
 #include "cudakit/sanitizer.hpp"
 
 namespace cudakit::sanitizer::detail {
 
 // The seam's names the sanitizer's code uses unqualified (as in hooks.hpp).
-using cudakit::detail::backend;
 using cudakit::detail::CaptureStatus;
 using cudakit::detail::EventHandle;
 using cudakit::detail::StreamHandle;

@@ -1,7 +1,9 @@
 // Event: lazily created on first record, as torch.cuda.Event.
 #include <cstring>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
 #include "devices/sync_debug.hpp"
@@ -21,7 +23,7 @@ Event::~Event() {
   if (const auto* o = instrument::stream_observer(); handle_ && o) [[unlikely]] o->event_destroyed(handle_);  // sanitizer
   if (handle_ && !detail::is_shutting_down()) {
     try {
-      detail::backend().event_destroy(handle_);
+      detail::stream_ops().event_destroy(handle_);
     } catch (...) {
     }
   }
@@ -50,7 +52,7 @@ unsigned Event::backend_flags() const noexcept {
 }
 
 void Event::create_on(int device) {
-  handle_ = detail::backend().event_create(device, backend_flags());
+  handle_ = detail::stream_ops().event_create(device, backend_flags());
   device_ = device;
 }
 
@@ -62,11 +64,11 @@ void Event::record(StreamRef stream) {
                      " but the stream is on device " + std::to_string(stream.device()) +
                      "; record it on a stream of device " + std::to_string(device_));
   }
-  if (stream.is_default() && stream.device() != detail::backend().current_device()) {
+  if (stream.is_default() && stream.device() != detail::device_ops().current_device()) {
     DeviceGuard guard(stream.device());
-    detail::backend().event_record(handle_, nullptr);
+    detail::stream_ops().event_record(handle_, nullptr);
   } else {
-    detail::backend().event_record(handle_, stream.handle());
+    detail::stream_ops().event_record(handle_, stream.handle());
   }
   if (const auto* o = instrument::stream_observer()) [[unlikely]] o->event_recorded(handle_, stream.handle(), stream.device());  // sanitizer
 }
@@ -77,7 +79,7 @@ void Event::wait(StreamRef stream) const { stream.wait(*this); }
 
 bool Event::is_done() const {
   if (!handle_) return true;
-  const bool done = detail::backend().event_query(handle_);
+  const bool done = detail::stream_ops().event_query(handle_);
   if (const auto* o = instrument::stream_observer(); done && o) [[unlikely]] o->host_waited_event(handle_);  // sanitizer
   return done;
 }
@@ -85,7 +87,7 @@ bool Event::is_done() const {
 void Event::sync() const {
   if (!handle_) return;
   // Not a sync-debug report, as torch's CUDAEvent::synchronize.
-  detail::backend().event_synchronize(handle_);
+  detail::stream_ops().event_synchronize(handle_);
   if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_event(handle_);  // sanitizer
 }
 
@@ -103,7 +105,7 @@ float Event::elapsed_time(const Event& end) const {
                      "is on cuda:" + std::to_string(device_) + " and end_event on cuda:" +
                      std::to_string(end.device_));
   }
-  return detail::backend().event_elapsed_ms(handle_, end.handle_);
+  return detail::stream_ops().event_elapsed_ms(handle_, end.handle_);
 }
 
 Event::IpcHandle Event::ipc_handle() const {
@@ -113,7 +115,7 @@ Event::IpcHandle Event::ipc_handle() const {
   if (!handle_) {
     const_cast<Event*>(this)->create_on(current_device());
   }
-  detail::IpcHandle h = detail::backend().event_ipc_handle(handle_);
+  detail::IpcHandle h = detail::stream_ops().event_ipc_handle(handle_);
   IpcHandle out;
   std::memcpy(out.bytes, h.bytes, sizeof out.bytes);
   return out;
@@ -125,7 +127,7 @@ Event Event::from_ipc_handle(int device, const IpcHandle& handle) {
   detail::IpcHandle h;
   std::memcpy(h.bytes, handle.bytes, sizeof h.bytes);
   Event e(EventOptions{false, false, true});
-  e.handle_ = detail::backend().event_open_ipc(h);
+  e.handle_ = detail::stream_ops().event_open_ipc(h);
   e.device_ = device;
   return e;
 }

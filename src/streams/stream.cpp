@@ -7,7 +7,10 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/lifetime.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/error.hpp"
 #include "devices/sync_debug.hpp"
 #include "instrument/observers.hpp"
@@ -40,7 +43,7 @@ DevicePools& pools(int device) {
 // null handle is resolved by the driver against the current context).
 template <class Fn>
 auto on_device_of(StreamRef s, Fn&& fn) {
-  if (s.is_default() && s.device() >= 0 && s.device() != detail::backend().current_device()) {
+  if (s.is_default() && s.device() >= 0 && s.device() != detail::device_ops().current_device()) {
     DeviceGuard guard(s.device());
     return fn();
   }
@@ -77,13 +80,13 @@ void declare_raw(const char* what, const void* src, void* dst, std::size_t bytes
 
 std::pair<int, int> stream_priority_range(int device) {
   DeviceGuard guard(resolve_device(device));  // the cuda backend asks the current context
-  return detail::backend().stream_priority_range();
+  return detail::device_ops().stream_priority_range();
 }
 
 void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamRef stream) {
   check_copy_args("memcpy_async", dst, src, bytes);
   if (bytes == 0) return;
-  on_device_of(stream, [&] { detail::backend().memcpy_async(dst, src, bytes, stream.handle()); });
+  on_device_of(stream, [&] { detail::memory_ops().memcpy_async(dst, src, bytes, stream.handle()); });
   declare_raw("memcpy_async", src, dst, bytes, stream);
 }
 
@@ -95,7 +98,7 @@ void memset_async(void* dst, int value, std::size_t bytes, StreamRef stream) {
   check_copy_args("memset_async", dst, dst, bytes);
   if (bytes == 0) return;
   on_device_of(stream, [&] {
-    detail::backend().memset_d8_async(dst, static_cast<unsigned char>(value), bytes,
+    detail::memory_ops().memset_d8_async(dst, static_cast<unsigned char>(value), bytes,
                                       stream.handle());
   });
   declare_raw("memset_async", nullptr, dst, bytes, stream);
@@ -122,30 +125,30 @@ void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_devic
 
 StreamRef StreamRef::from_handle(detail::StreamHandle handle, int device) {
   if (device == kCurrentDevice) {
-    device = handle ? detail::backend().stream_device(handle) : current_device();
+    device = handle ? detail::stream_ops().stream_device(handle) : current_device();
   }
   return StreamRef(handle, device);
 }
 
 bool StreamRef::is_done() const {
-  const bool done = on_device_of(*this, [&] { return detail::backend().stream_query(handle_); });
+  const bool done = on_device_of(*this, [&] { return detail::stream_ops().stream_query(handle_); });
   if (const auto* o = instrument::stream_observer(); done && o) [[unlikely]] o->host_waited_stream(handle_, device_);  // sanitizer
   return done;
 }
 
 std::uint64_t StreamRef::id() const {
-  return on_device_of(*this, [&] { return detail::backend().stream_id(handle_); });
+  return on_device_of(*this, [&] { return detail::stream_ops().stream_id(handle_); });
 }
 
 void StreamRef::sync() const {
   detail::on_synchronizing_call("Stream.synchronize");
-  on_device_of(*this, [&] { detail::backend().stream_synchronize(handle_); });
+  on_device_of(*this, [&] { detail::stream_ops().stream_synchronize(handle_); });
   if (const auto* o = instrument::stream_observer()) [[unlikely]] o->host_waited_stream(handle_, device_);  // sanitizer
 }
 
 void StreamRef::wait(const Event& event) const {
   if (!event.is_created()) return;  // never recorded: nothing to wait for (as torch)
-  on_device_of(*this, [&] { detail::backend().stream_wait_event(handle_, event.handle()); });
+  on_device_of(*this, [&] { detail::stream_ops().stream_wait_event(handle_, event.handle()); });
   if (const auto* o = instrument::stream_observer()) [[unlikely]] o->stream_waited(handle_, device_, event.handle());  // sanitizer
 }
 
@@ -164,17 +167,17 @@ Event StreamRef::record_event() const {
 
 int StreamRef::priority() const {
   if (handle_ == nullptr) return 0;
-  return detail::backend().stream_priority(handle_);
+  return detail::stream_ops().stream_priority(handle_);
 }
 
 void StreamRef::launch_host_func(std::function<void()> fn) const {
-  on_device_of(*this, [&] { detail::backend().launch_host_task(handle_, std::move(fn)); });
+  on_device_of(*this, [&] { detail::stream_ops().launch_host_task(handle_, std::move(fn)); });
 }
 
 Stream::Stream(int device, int priority, bool non_blocking)
     : StreamRef(nullptr, resolve_device(device)) {
   check_priority("Stream", device_, priority, stream_priority_range(device_));
-  handle_ = detail::backend().stream_create(device_, priority,
+  handle_ = detail::stream_ops().stream_create(device_, priority,
                                             non_blocking ? detail::kStreamNonBlocking : 0u);
 }
 
@@ -183,7 +186,7 @@ Stream::~Stream() {
   if (handle_ && !detail::is_shutting_down()) {
     instrument::stream_retiring(handle_, device_);  // the allocator fences it (stream_lifetime.hpp)
     try {
-      detail::backend().stream_destroy(handle_);
+      detail::stream_ops().stream_destroy(handle_);
     } catch (...) {
     }
   }
@@ -222,7 +225,7 @@ void set_stream(StreamRef stream) {
 
 StreamRef stream_from_pool(int device, int priority) {
   int d = resolve_device(device);
-  auto& be = detail::backend();
+  auto& be = detail::stream_ops();
   // torch's pool semantics (c10::cuda::getStreamFromPool): a priority above the lowest (0 on
   // CUDA devices) is refused, a priority below the highest is the highest, silently (a
   // program asking for "as urgent as possible" with -100 runs on every device). torch's
@@ -256,7 +259,7 @@ StreamRef get_stream_from_external(std::uintptr_t data_ptr, int device) {
 
 StreamGuard::StreamGuard(StreamRef stream)
     : prev_stream_(current_stream(stream.device())), prev_device_(current_device()) {
-  if (stream.device() != prev_device_) detail::backend().set_current_device(stream.device());
+  if (stream.device() != prev_device_) detail::device_ops().set_current_device(stream.device());
   tls_current[stream.device()] = stream.handle();
 }
 
@@ -264,7 +267,7 @@ StreamGuard::~StreamGuard() {
   tls_current[prev_stream_.device()] = prev_stream_.handle();
   if (prev_stream_.device() != prev_device_ && !detail::is_shutting_down()) {
     try {
-      detail::backend().set_current_device(prev_device_);
+      detail::device_ops().set_current_device(prev_device_);
     } catch (...) {
     }
   }

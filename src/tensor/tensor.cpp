@@ -7,7 +7,6 @@
 #include <numeric>
 #include <sstream>
 
-#include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 #include "ops/executor.hpp"
 #include "tensor/size_math.hpp"

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 
+#include "backend/math_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/tunable.hpp"
@@ -182,7 +183,7 @@ void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t
   if (m == 0 || n == 0) return;
   const int device = resolve_device(stream.device());
   if (k == 0) {  // an empty product (C = beta C): nothing to tune
-    cudakit::detail::backend().gemm(device, stream.handle(), std::move(g));
+    cudakit::detail::math_ops().gemm(device, stream.handle(), std::move(g));
     return;
   }
   detail::gemm(device, stream.handle(), std::move(g));

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "backend/math_ops.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "tunable/settings.hpp"
@@ -18,7 +19,7 @@ class DefaultPlan final : public GemmPlan {
   const std::string& name() const noexcept override { return name_; }
   std::size_t workspace_bytes() const noexcept override { return 0; }
   void run(StreamHandle s, const GemmArgs& args, void*) const override {
-    cudakit::detail::backend().gemm(device_, s, args);
+    cudakit::detail::math_ops().gemm(device_, s, args);
   }
 
  private:
@@ -94,7 +95,7 @@ std::vector<GemmPlanPtr> candidates(int device, const GemmArgs& problem) {
     out.push_back(std::make_shared<ExtraPlan>(device, std::move(c)));
   }
   if (settings().backend_candidates()) {
-    for (GemmPlanPtr& p : cudakit::detail::backend().gemm_candidates(device, problem)) {
+    for (GemmPlanPtr& p : cudakit::detail::math_ops().gemm_candidates(device, problem)) {
       if (p && names.insert(p->name()).second) out.push_back(std::move(p));
     }
   }
@@ -111,7 +112,7 @@ GemmPlanPtr plan_for(int device, const GemmArgs& problem, const std::string& sol
       return std::make_shared<ExtraPlan>(device, std::move(c));
     }
   }
-  return cudakit::detail::backend().gemm_plan(device, problem, solution);
+  return cudakit::detail::math_ops().gemm_plan(device, problem, solution);
 }
 
 }  // namespace cudakit::tunable::detail

@@ -1,4 +1,4 @@
-// The implementations a GEMM can be tuned over, as GemmPlans (backend/backend.hpp):
+// The implementations a GEMM can be tuned over, as GemmPlans (backend/math_ops.hpp):
 //   * "Default": Backend::gemm itself (cuBLAS's cublasGemmEx on cuda, CBLAS on emulated);
 //   * the backend's candidates (Backend::gemm_candidates: cuBLASLt algorithms, CPU loops),
 //     unless PYTORCH_TUNABLEOP_CUBLASLT_ENABLED=0;
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "backend/math_ops.hpp"
 
 namespace cudakit::tunable::detail {
 

@@ -6,6 +6,8 @@
 #include <set>
 #include <string>
 
+#include "backend/graph_ops.hpp"
+#include "backend/math_ops.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
 #include "tunable/candidates.hpp"
@@ -17,7 +19,8 @@
 namespace cudakit::tunable::detail {
 namespace {
 
-using cudakit::detail::backend;
+using cudakit::detail::graph_ops;
+using cudakit::detail::math_ops;
 
 struct CacheSlot {
   GemmKey key;
@@ -105,7 +108,7 @@ const GemmPlan* resolve(int device, cudakit::detail::StreamHandle s, const GemmA
     report_unusable(e->solution, op + "(" + params + ")");
     return &default_plan(device);
   }
-  const bool capturing = backend().stream_capture_status(s, nullptr) ==
+  const bool capturing = graph_ops().stream_capture_status(s, nullptr) ==
                          cudakit::detail::CaptureStatus::active;
   if (st.tuning()) {
     if (capturing) {  // no timing inside a capture: Default now, tuned after it
@@ -135,7 +138,7 @@ const GemmPlan* resolve(int device, cudakit::detail::StreamHandle s, const GemmA
 void gemm(int device, cudakit::detail::StreamHandle s, GemmArgs g) {
   Settings& st = settings();
   if (!st.enabled()) {
-    backend().gemm(device, s, std::move(g));
+    math_ops().gemm(device, s, std::move(g));
     return;
   }
   const GemmKey key = GemmKey::of(device, g);

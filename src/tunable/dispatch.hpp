@@ -14,7 +14,7 @@
 // Thread-safety: thread-safe; see above for what locks.
 #pragma once
 
-#include "backend/backend.hpp"
+#include "backend/math_ops.hpp"
 
 namespace cudakit::tunable::detail {
 

@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/math_ops.hpp"
+#include "backend/memory_ops.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
@@ -122,7 +124,7 @@ bool tune_gemm_line(const std::string& raw) {
   std::mt19937 rng(0x7u);
   const std::vector<unsigned char> ha = random_operand(a_bytes, g.type, rng);
   const std::vector<unsigned char> hb = random_operand(b_bytes, g.type, rng);
-  auto& be = cudakit::detail::backend();
+  auto& be = cudakit::detail::memory_ops();
   be.memcpy_async(a.get(), ha.data(), a_bytes, stream.handle());
   be.memcpy_async(b.get(), hb.data(), b_bytes, stream.handle());
   be.memset_d8_async(c.get(), 0, c_bytes, stream.handle());

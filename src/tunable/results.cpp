@@ -9,7 +9,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "backend/backend.hpp"
+#include "backend/device_ops.hpp"
+#include "backend/math_ops.hpp"
 #include "core/files.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
@@ -58,7 +59,7 @@ void results_at_exit() { store().at_exit(); }
 
 int current_device_or_zero() noexcept {
   try {
-    return cudakit::detail::backend().current_device();
+    return cudakit::detail::device_ops().current_device();
   } catch (...) {
     return 0;
   }
@@ -82,7 +83,7 @@ void ResultsStore::initialize_locked_out() {
   const int device = current_device_or_zero();
   ValidatorMap v;
   v["CUDAKIT_VERSION"] = CUDAKIT_VERSION_STRING;
-  for (auto& [key, value] : cudakit::detail::backend().gemm_tuning_validators(device)) {
+  for (auto& [key, value] : cudakit::detail::math_ops().gemm_tuning_validators(device)) {
     v[sanitize_field(key)] = sanitize_field(value);
   }
   {

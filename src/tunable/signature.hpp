@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/math_ops.hpp"
 
 namespace cudakit::tunable::detail {
 

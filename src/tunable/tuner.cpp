@@ -12,6 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "backend/lifetime.hpp"
+#include "backend/math_ops.hpp"
+#include "backend/memory_ops.hpp"
+#include "backend/stream_ops.hpp"
 #include "cudakit/allocation.hpp"
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
@@ -23,7 +27,8 @@
 namespace cudakit::tunable::detail {
 namespace {
 
-using cudakit::detail::backend;
+using cudakit::detail::memory_ops;
+using cudakit::detail::stream_ops;
 using cudakit::detail::EventHandle;
 using cudakit::detail::GemmType;
 
@@ -47,7 +52,7 @@ class Events {
     if (cudakit::detail::is_shutting_down()) return;
     for (EventHandle e : events_) {
       try {
-        backend().event_destroy(e);
+        stream_ops().event_destroy(e);
       } catch (...) {
       }
     }
@@ -57,7 +62,7 @@ class Events {
   // Created ahead of the runs they time: creating one between the last run and its record
   // would let the GPU idle inside the timed interval.
   EventHandle make() {
-    events_.push_back(backend().event_create(device_, 0));
+    events_.push_back(stream_ops().event_create(device_, 0));
     return events_.back();
   }
 
@@ -95,7 +100,7 @@ OperandSets make_sets(int device, StreamHandle s, const GemmArgs& g, std::int64_
   const StreamRef ref = StreamRef::from_handle(s, device);
   const Sizes z = operand_sizes(g);
   OperandSets out;
-  auto& be = backend();
+  auto& be = memory_ops();
   if (rotating <= 0) {
     Allocation c = allocate_device(std::max<std::size_t>(z.c, 1), device, ref);
     be.memcpy_async(c.get(), g.c, z.c, s);
@@ -239,8 +244,8 @@ bool allclose(const std::vector<unsigned char>& got, const std::vector<unsigned 
 
 std::vector<unsigned char> to_host(const void* c, std::size_t bytes, StreamHandle s) {
   std::vector<unsigned char> host(bytes);
-  backend().memcpy_async(host.data(), c, bytes, s);
-  backend().stream_synchronize(s);
+  memory_ops().memcpy_async(host.data(), c, bytes, s);
+  stream_ops().stream_synchronize(s);
   return host;
 }
 
@@ -250,7 +255,7 @@ std::vector<GemmPlanPtr> numerically_checked(int device, StreamHandle s, const G
   const StreamRef ref_stream = StreamRef::from_handle(s, device);
   const std::size_t c_bytes = operand_sizes(g).c;
   Allocation scratch = allocate_device(std::max<std::size_t>(c_bytes, 1), device, ref_stream);
-  auto& be = backend();
+  auto& be = memory_ops();
   be.memcpy_async(scratch.get(), g.c, c_bytes, s);
   all.front()->run(s, with(g, {g.a, g.b, scratch.get()}), nullptr);  // Default: no workspace
   const std::vector<unsigned char> reference = to_host(scratch.get(), c_bytes, s);
@@ -388,11 +393,11 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   {
     run_times(fallback_plan, s, g, sets, 1, Allocation());
     const EventHandle a = events.make(), b = events.make();
-    backend().event_record(a, s);
+    stream_ops().event_record(a, s);
     run_times(fallback_plan, s, g, sets, kProbeIterations, Allocation());
-    backend().event_record(b, s);
-    backend().event_synchronize(b);
-    default_ms = backend().event_elapsed_ms(a, b) / kProbeIterations;
+    stream_ops().event_record(b, s);
+    stream_ops().event_synchronize(b);
+    default_ms = stream_ops().event_elapsed_ms(a, b) / kProbeIterations;
   }
   const double load_budget_ms = load_budget(default_ms);
   double load_ms = 0;
@@ -423,18 +428,18 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
       PhaseClock first_run;
       run_times(*p, s, g, sets, 1, ws);  // warm-up; a failure at launch drops the candidate
       pr.first_run_host_ms = first_run.lap();
-      backend().event_record(pr.start, s);
+      stream_ops().event_record(pr.start, s);
       run_times(*p, s, g, sets, kProbeIterations, ws);
-      backend().event_record(pr.end, s);
+      stream_ops().event_record(pr.end, s);
       probes.push_back(std::move(pr));
     } catch (const Error& e) {
       if (p->name() == kDefaultSolution) throw;  // the backend's own GEMM fails: report it
       log(3, "unsupported: " + p->name() + ": " + e.what());
     }
   }
-  backend().event_synchronize(probes.back().end);
+  stream_ops().event_synchronize(probes.back().end);
   for (Probe& pr : probes) {
-    pr.ms = backend().event_elapsed_ms(pr.start, pr.end) / kProbeIterations;
+    pr.ms = stream_ops().event_elapsed_ms(pr.start, pr.end) / kProbeIterations;
     log(3, "probe " + pr.plan->name() + ": " + std::to_string(pr.ms) + " ms (first run: " +
                ms_text(pr.first_run_host_ms) + " on the host)");
   }
@@ -502,9 +507,9 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   for (Finalist& f : finals) f.warmup = {events.make(), events.make()};
   for (std::size_t k = finals.size(); k-- > 0;) {
     Finalist& f = finals[k];
-    backend().event_record(f.warmup.first, s);
+    stream_ops().event_record(f.warmup.first, s);
     run_times(*f.plan, s, g, sets, std::max(1, f.iterations / (kFinalRounds + 1)), f.workspace);
-    backend().event_record(f.warmup.second, s);
+    stream_ops().event_record(f.warmup.second, s);
   }
   EventHandle last = nullptr;
   for (int r = 0; r < kFinalRounds; ++r) {
@@ -512,18 +517,18 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
       Finalist& f = finals[r % 2 == 0 ? k : finals.size() - 1 - k];
       const int share = std::max(1, f.iterations / (kFinalRounds + 1));
       auto [start, end] = f.rounds[static_cast<std::size_t>(r)];
-      backend().event_record(start, s);
+      stream_ops().event_record(start, s);
       run_times(*f.plan, s, g, sets, share, f.workspace);
-      backend().event_record(end, s);
+      stream_ops().event_record(end, s);
       last = end;
       f.timed += share;
     }
   }
-  backend().event_synchronize(last);
+  stream_ops().event_synchronize(last);
   for (Finalist& f : finals) {
     const int share = f.timed / kFinalRounds;
     std::vector<double> per_run;
-    for (auto [a, b] : f.rounds) per_run.push_back(backend().event_elapsed_ms(a, b) / share);
+    for (auto [a, b] : f.rounds) per_run.push_back(stream_ops().event_elapsed_ms(a, b) / share);
     std::sort(per_run.begin(), per_run.end());
     const std::size_t h = per_run.size() / 2;
     f.ms = per_run.size() % 2 ? per_run[h] : (per_run[h - 1] + per_run[h]) / 2;
@@ -532,7 +537,7 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     log(3, "final " + f.plan->name() + ": " + std::to_string(f.ms) + " ms, median of " +
                std::to_string(kFinalRounds) + " rounds of " + std::to_string(share) +
                " runs (sorted: " + rounds + "; warm-up round " +
-               std::to_string(backend().event_elapsed_ms(f.warmup.first, f.warmup.second) / share) +
+               std::to_string(stream_ops().event_elapsed_ms(f.warmup.first, f.warmup.second) / share) +
                ")");
   }
   const Finalist* winner = nullptr;

@@ -43,7 +43,7 @@
 #include <mutex>
 #include <optional>
 
-#include "backend/backend.hpp"
+#include "backend/math_ops.hpp"
 
 namespace cudakit::tunable::detail {
 

@@ -17,7 +17,11 @@ and the walls around it:
   8. the floors: src/core/ and src/instrument/ include only their own and public headers, and
      no module of src/ outside src/sanitizer/ includes the sanitizer (private headers or
      cudakit/sanitizer.hpp): modules report to it through src/instrument/observers.hpp;
-  9. no source file of src/ or python/ is over 800 lines.
+  9. no source file of src/ or python/ is over 800 lines;
+ 10. the seam is split by topic: outside src/backend/, src/ includes the topic headers it uses
+     (backend/*_ops.hpp, types.hpp, lifetime.hpp), never the whole seam (backend/backend.hpp);
+     and a topic header includes neither backend.hpp nor another topic header (types.hpp and
+     its record header, activity.hpp / collectives.hpp, are its only seam includes).
 
 Rules look at code only: comments and string literals are stripped first, so prose that
 explains a rule ("never dlopen here") never trips it. Deliberate exceptions go in ALLOWED
@@ -193,6 +197,28 @@ def check_cpp(rel: str, text: str) -> list[tuple[str, int, str]]:
         hit("instrument-floor", code, r'#\s*include\s*"(?:sanitizer/|cudakit/sanitizer\.hpp")',
             "a module includes the sanitizer: report through src/instrument/observers.hpp, "
             "whose table the sanitizer installs")
+    found += check_seam_topics(rel, code)
+    return found
+
+
+# The seam's topic headers (backend/backend.hpp combines them into detail::Backend).
+SEAM_TOPIC_HEADERS = re.compile(r"src/backend/(?:\w+_ops|types|lifetime)\.hpp")
+SEAM_FULL_INCLUDE = r'#\s*include\s*"backend/backend\.hpp"'
+SEAM_TOPIC_INCLUDE = r'#\s*include\s*"backend/(?:backend|\w+_ops|lifetime)\.hpp"'
+
+
+def check_seam_topics(rel: str, code: str) -> list[tuple[str, int, str]]:
+    found = []
+    if rel.startswith("src/") and not rel.startswith("src/backend/"):
+        for m in re.finditer(SEAM_FULL_INCLUDE, code):
+            found.append(("seam-topics", line_of(code, m.start()),
+                          "includes the whole seam above it: include the topic headers it uses "
+                          "(backend/*_ops.hpp, types.hpp, lifetime.hpp) and call their accessors"))
+    if SEAM_TOPIC_HEADERS.fullmatch(rel):
+        for m in re.finditer(SEAM_TOPIC_INCLUDE, code):
+            found.append(("seam-topics", line_of(code, m.start()),
+                          "a topic header of the seam includes backend.hpp or another topic: "
+                          "shared types go in backend/types.hpp"))
     return found
 
 
@@ -354,6 +380,11 @@ def rules_hit(rel: str, snippet: str) -> set[str]:
     ("src/instrument/x.hpp", '#include "backend/backend.hpp"', "floor-layering"),
     ("src/streams/x.cpp", '#include "sanitizer/hooks.hpp"', "instrument-floor"),
     ("src/memory/x.cpp", '#include "cudakit/sanitizer.hpp"', "instrument-floor"),
+    ("src/streams/x.cpp", '#include "backend/backend.hpp"', "seam-topics"),
+    ("src/memory/x.hpp", '#include  "backend/backend.hpp"', "seam-topics"),
+    ("src/backend/stream_ops.hpp", '#include "backend/memory_ops.hpp"', "seam-topics"),
+    ("src/backend/types.hpp", '#include "backend/backend.hpp"', "seam-topics"),
+    ("src/backend/graph_ops.hpp", '#include "backend/lifetime.hpp"', "seam-topics"),
     ("python/cudakit/x.py", 'if _C.backend_name() == "cuda":\n    pass\n', "backend-name"),
     ("python/cudakit/x.py", "lib = ctypes.CDLL('libnvrtc.so')\n", "library-loading"),
 ])
@@ -380,6 +411,12 @@ def test_rules_catch(rel, snippet, rule):
     ("src/core/x.cpp", '#include "core/files.hpp"'),
     ("src/sanitizer/x.cpp", '#include "sanitizer/hooks.hpp"\n#include "cudakit/sanitizer.hpp"'),
     ("src/streams/x.cpp", '#include "instrument/observers.hpp"'),
+    # Modules include the seam's topics; the backends and their selection the whole seam.
+    ("src/streams/x.cpp", '#include "backend/stream_ops.hpp"\n#include "backend/lifetime.hpp"'),
+    ("src/memory/x.hpp", '// not #include "backend/backend.hpp"\n#include "backend/types.hpp"'),
+    ("src/backend/emulated/x.cpp", '#include "backend/backend.hpp"'),
+    ("src/backend/backend.cpp", '#include "backend/backend.hpp"'),
+    ("src/backend/comm_ops.hpp", '#include "backend/collectives.hpp"\n#include "backend/types.hpp"'),
     # Inside the seam everything is allowed.
     ("src/backend/cuda/x.cpp", '#include <cuda.h>\nvoid* h = dlopen("libcuda.so.1", 0);'),
     ("include/cudakit/x.hpp", '#include "cudakit/export.hpp"\nnamespace CUDAKIT_API cudakit {\n}'),
