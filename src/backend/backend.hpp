@@ -2,8 +2,7 @@
 //
 // Everything above this file (devices, streams, memory, graphs, tensors, ...) is
 // backend-agnostic and talks to the device only through `detail::Backend`'s topic interfaces
-// (below). Two
-// implementations exist:
+// (below). Two implementations exist:
 //   * cuda     (src/backend/cuda)     — the CUDA driver API, resolved lazily with dlopen.
 //   * emulated (src/backend/emulated) — host memory + host threads, for CI and GPU-less
 //                                       development.
