@@ -620,7 +620,9 @@ def stop_using_with_torch() -> None:
 def torch_interop_state() -> dict[str, Any]:
     """What :func:`use_with_torch` did in this process: ``allocator_installed``,
     ``torch_called_hooks`` (torch allocated or initialised through cudakit),
-    ``memory_api_patched`` and ``patched`` (qualified names of the replaced attributes)."""
+    ``memory_api_patched``, ``patched`` (qualified names of the replaced attributes) and
+    ``profiler_reporter`` (whether torch.profiler(profile_memory=True) is told of torch's
+    allocations: "installed from <libc10 path>", or why not)."""
     from . import _torch_interop
 
     return _torch_interop.state()
