@@ -5,6 +5,7 @@
 #include "core/capture_gate.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "backend/device_ops.hpp"
 #include "backend/graph_ops.hpp"
@@ -597,7 +598,12 @@ void DeviceAllocator::free_block(Block* b, bool stats_done) {
 }
 
 void DeviceAllocator::process_events() {
-  // Called with the locks held, only when something is pending. Queries never wait.
+  // Called with the locks held, only when something is pending. Queries never wait. Never
+  // while this device captures (malloc's rule), but a capture on another device or of
+  // another library may be live: then the queries (of events recorded outside it) run in
+  // relaxed mode, where CUDA allows them (stream_retire.cpp, fence_done).
+  std::optional<detail::ThreadCaptureModeGuard> relaxed;
+  if (detail::live_captures() != 0) relaxed.emplace(graphs_, detail::CaptureMode::relaxed);
   std::size_t keep = 0;
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     auto [e, b] = pending_[i];
