@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/device_ops.hpp"
+#include "backend/relaxed_capture.hpp"
 #include "backend/graph_ops.hpp"
 #include "backend/lifetime.hpp"
 #include "core/capture_gate.hpp"
@@ -170,11 +171,7 @@ void CUDAGraph::Impl::free_graph_objects() noexcept {
     // test_traces_beside_16_graph_threads: "API call conflicts with a stream capture sequence
     // initiated from the calling thread ... from cuGraphExecDestroy"). Relaxed mode on this
     // thread for the destroys; the exec graph has no part in the capture either way.
-    std::optional<detail::ThreadCaptureModeGuard> relaxed;
-    try {
-      relaxed.emplace(be(), detail::CaptureMode::relaxed);
-    } catch (...) {
-    }
+    detail::RelaxedCaptureScope relaxed(be());
     if (exec != nullptr) {
       try {
         be().graph_exec_destroy(exec);

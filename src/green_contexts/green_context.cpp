@@ -19,6 +19,7 @@
 #include <string>
 
 #include "backend/graph_ops.hpp"
+#include "backend/relaxed_capture.hpp"
 #include "backend/green_context_ops.hpp"
 #include "backend/lifetime.hpp"
 #include "backend/stream_ops.hpp"
@@ -64,11 +65,7 @@ struct GreenContext::Impl {
     // graph: the synchronizes and destroys below are "potentially unsafe" calls that would
     // invalidate that capture in global and thread_local mode. None of them is part of it, so
     // they run in relaxed mode (as a graph's destroy does, graphs/cuda_graph.cpp).
-    std::optional<detail::ThreadCaptureModeGuard> relaxed;
-    try {
-      relaxed.emplace(detail::graph_ops(), detail::CaptureMode::relaxed);
-    } catch (...) {
-    }
+    detail::RelaxedCaptureScope relaxed(detail::graph_ops());
     auto drop = [&](detail::StreamHandle s) {
       if (!s) return;
       try {

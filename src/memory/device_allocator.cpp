@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backend/device_ops.hpp"
+#include "backend/relaxed_capture.hpp"
 #include "backend/graph_ops.hpp"
 #include "backend/lifetime.hpp"
 #include "backend/memory_ops.hpp"
@@ -602,8 +603,7 @@ void DeviceAllocator::process_events() {
   // while this device captures (malloc's rule), but a capture on another device or of
   // another library may be live: then the queries (of events recorded outside it) run in
   // relaxed mode, where CUDA allows them (stream_retire.cpp, fence_done).
-  std::optional<detail::ThreadCaptureModeGuard> relaxed;
-  if (detail::live_captures() != 0) relaxed.emplace(graphs_, detail::CaptureMode::relaxed);
+  detail::RelaxedCaptureScope relaxed(graphs_, detail::live_captures() != 0);
   std::size_t keep = 0;
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     auto [e, b] = pending_[i];

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backend/graph_ops.hpp"
+#include "backend/relaxed_capture.hpp"
 #include "backend/lifetime.hpp"
 #include "backend/memory_ops.hpp"
 #include "backend/stream_ops.hpp"
@@ -200,8 +201,7 @@ void HostAllocator::process_events() {
   // While a graph is captured on some thread, the queries (of events recorded outside it) run
   // in relaxed mode: CUDA refuses them as "potentially unsafe" otherwise, and invalidates the
   // capture, from the capturing thread or, in global mode, from this background thread.
-  std::optional<detail::ThreadCaptureModeGuard> relaxed;
-  if (detail::live_captures() != 0) relaxed.emplace(detail::graph_ops(), detail::CaptureMode::relaxed);
+  detail::RelaxedCaptureScope relaxed(detail::graph_ops(), detail::live_captures() != 0);
   std::size_t keep = 0;
   for (void* p : pending_) {
     HostBlock& b = blocks_[p];

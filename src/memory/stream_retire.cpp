@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/graph_ops.hpp"
+#include "backend/relaxed_capture.hpp"
 #include "backend/stream_ops.hpp"
 #include "core/capture_gate.hpp"
 #include "cudakit/error.hpp"
@@ -114,8 +115,8 @@ bool DeviceAllocator::fence_done(std::size_t i) noexcept {
     // In relaxed capture mode: a query of an event recorded outside any capture has no part
     // in one, but CUDA refuses it as "potentially unsafe" (and invalidates the capture) from
     // a thread that captures, or from any thread while another captures in global mode.
-    detail::ThreadCaptureModeGuard relaxed(graphs_, detail::CaptureMode::relaxed);
-    return streams_.event_query(e);
+    detail::RelaxedCaptureScope relaxed(graphs_);
+    return relaxed.ok() && streams_.event_query(e);
   } catch (...) {
     return false;
   }
@@ -160,12 +161,8 @@ bool DeviceAllocator::all_noted_streams_idle() noexcept {
   // A capture cudakit does not count (another library's) may still be live on some thread:
   // the queries of streams that are not capturing are made in relaxed mode, where CUDA
   // allows them (fence_done explains the rule).
-  std::optional<detail::ThreadCaptureModeGuard> relaxed;
-  try {
-    relaxed.emplace(graphs_, detail::CaptureMode::relaxed);
-  } catch (...) {
-    return false;
-  }
+  detail::RelaxedCaptureScope relaxed(graphs_);
+  if (!relaxed.ok()) return false;
   // A capture begun outside cudakit's graphs (a raw cuStreamBeginCapture) is not counted: the
   // created streams' capture states are asked before any stream is queried (the legacy stream
   // cannot capture, and asking it about capture while a blocking stream captures is itself
