@@ -156,8 +156,16 @@ def install(torch: Any) -> None:
 # libc10's functions torch's own allocator calls so that torch.profiler(profile_memory=True)
 # sees its allocations (the pluggable interface calls neither): bool memoryProfilingEnabled()
 # and void reportMemoryUsageToProfiler(void*, int64_t, size_t, size_t, c10::Device).
-_PROFILER_SYMBOLS = ("_ZN3c1022memoryProfilingEnabledEv",
-                     "_ZN3c1026reportMemoryUsageToProfilerEPvlmmNS_6DeviceE")
+# The names are built from their parts: a hand-written length prefix was once one short
+# (26 for the 27 letters of reportMemoryUsageToProfiler), so the lookup failed on every torch.
+def _c10_symbol(name: str, params: str) -> str:
+    """The Itanium C++ ABI name of ``c10::<name>(params)``; ``params`` is already mangled."""
+    return f"_ZN3c10{len(name)}{name}E{params}"
+
+
+_PROFILER_SYMBOLS = (_c10_symbol("memoryProfilingEnabled", "v"),
+                     # (void*, int64_t, size_t, size_t, c10::Device) on LP64
+                     _c10_symbol("reportMemoryUsageToProfiler", "PvlmmNS_6DeviceE"))
 
 
 def _install_profiler_reporter(torch: Any) -> bool:

@@ -245,3 +245,65 @@ def test_torch_profiler_sees_allocations_through_the_hooks(interop):
     assert seen[0][3] >= allocated
     with pytest.raises(ValueError, match="both"):
         _C._mem_torch_set_memory_reporter(addr(enabled), 0)
+
+
+# A stand-in libc10 with c10's declarations (compiled here, so the compiler mangles the names):
+# its report function counts the calls and keeps the last one's arguments.
+_STAND_IN_LIBC10 = r"""
+#include <cstddef>
+#include <cstdint>
+namespace c10 {
+struct Device { std::int8_t type; std::int8_t index; };
+bool memoryProfilingEnabled() { return true; }
+static int g_reports = 0;
+static std::int64_t g_last_size = 0;
+static int g_last_type = -1;
+void reportMemoryUsageToProfiler(void*, std::int64_t alloc_size, std::size_t, std::size_t,
+                                 Device device) {
+  ++g_reports; g_last_size = alloc_size; g_last_type = device.type;
+}
+}  // namespace c10
+extern "C" int reports() { return c10::g_reports; }
+extern "C" long long last_size() { return c10::g_last_size; }
+extern "C" int last_type() { return c10::g_last_type; }
+"""
+
+
+def test_use_with_torch_finds_libc10s_profiler_functions_by_their_compiled_names(
+        interop, tmp_path):
+    # The symbol names _install_profiler_reporter looks up must be what a C++ compiler makes of
+    # c10's declarations (a hand-mangled name once had a wrong length and matched nothing on
+    # any torch, so torch.profiler saw no allocation on cudakit's pool).
+    import ctypes
+    import shutil
+    import subprocess
+
+    from cudakit import _C, _torch_interop
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        pytest.skip("needs a C++ compiler to build the stand-in libc10")
+    lib_dir = tmp_path / "torch" / "lib"
+    lib_dir.mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    src = tmp_path / "c10.cpp"
+    src.write_text(_STAND_IN_LIBC10)
+    so = lib_dir / "libc10.so"
+    subprocess.run([cxx, "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
+    lib = ctypes.CDLL(str(so))  # loaded, as torch has loaded its libc10 before cudakit looks
+    fake = type(sys)("torch")
+    fake.__file__ = str(tmp_path / "torch" / "__init__.py")
+    hooks = _C._mem_torch_hooks()
+    malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                              ctypes.c_void_p)(hooks["malloc"])
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                            ctypes.c_void_p)(hooks["free"])
+    try:
+        assert _torch_interop._install_profiler_reporter(fake), \
+            _torch_interop._state.get("profiler_reporter")
+        assert _torch_interop._state["profiler_reporter"] == f"installed from {so}"
+        p = malloc(3000, 0, None)
+        assert (lib.reports(), lib.last_size(), lib.last_type()) == (1, 3072, 1)  # CUDA = 1
+        free(p, 3000, 0, None)
+        assert (lib.reports(), lib.last_size()) == (2, -3072)
+    finally:
+        _C._mem_torch_set_memory_reporter(0, 0)
