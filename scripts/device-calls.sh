@@ -213,5 +213,33 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     tracer_benches
     compile_check_both
     tail -14 "$OUT/cc.log" ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9" >&2; exit 2 ;;
+  s10a)  # ~560 s cold (tenth session, first call): build, the whole cuda suite and the examples
+    # (issue 25's check), then, if the call has time left, the profiler-viz probe (the symbol fix).
+    t0=$(date +%s)
+    CUDAKIT_STRESS_SECONDS=5 STEPS="build cuda examples" SYNC_DEBUG_PASS=0 HANG_SECONDS=300 \
+      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    cat "$OUT/suite/summary.md"
+    grep -hE "^FAILED|^ERROR|\*\*\*Failed|^\[  FAILED" "$OUT"/suite/test-cuda.log 2>/dev/null | sort -u | head -30
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    if [ $(( $(date +%s) - t0 )) -lt 480 ]; then
+      for a in cudakit native; do
+        timeout 40 python3 bench/torch/memory_viz_probe.py viz $a 2>&1 | grep -v Warning | tail -9 | cut -c1-600
+      done
+    fi ;;
+  s10b)  # ~450 s warm, right after s10a: PyTorch's test_cuda.py natively and on cudakit (both at
+    # once), then on a quiet GPU where reduce-overhead's step time goes (native, cudakit).
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    TS=.device-carry/torch-suite
+    ( MODES=native NPROC=4 RUN_BUDGET=250 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+    ( MODES=plugin NPROC=4 RUN_BUDGET=250 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+    wait
+    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml \
+        tsp/plugin.parallel.jsonl tsp/plugin.serial.jsonl 2>/dev/null
+    head -40 "$OUT/torch_suite.txt"
+    for a in native cudakit; do
+      timeout 110 python3 bench/torch/reduce_overhead_probe.py $a > "$OUT/ro_$a.log" 2>&1
+      grep -v Warning "$OUT/ro_$a.log" | head -60 | cut -c1-200
+    done ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b" >&2; exit 2 ;;
 esac
