@@ -247,13 +247,15 @@ TEST(MemoryAllocator, AReusedHandlesFirstAllocationInACaptureLeavesTheCaptureVal
   }
   a.end_allocate_to_pool(pool);
   if (g) be.graph_destroy(g);
-  a.release_pool(pool);
   EXPECT_EQ(a.retired_streams_pending(), 1u) << "the old fence was dropped without a wait";
   auto* d = a.malloc(2 * kMiB, h);  // first allocation after the capture: the wait
   EXPECT_EQ(a.retired_streams_pending(), 0u);
   EXPECT_FALSE(s.is_done()) << "the stream does not wait for the old stream's work";
   release = true;
   s.sync();
+  // The pool goes only now: its segment's cuMemFree synchronizes the device, which would wait
+  // for the old stream's work, which waits for `release` (a deadlock on the H200).
+  a.release_pool(pool);
   a.free(reinterpret_cast<void*>(d->ptr));
   a.empty_cache();
 }
