@@ -241,5 +241,25 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
       timeout 110 python3 bench/torch/reduce_overhead_probe.py $a > "$OUT/ro_$a.log" 2>&1
       grep -v Warning "$OUT/ro_$a.log" | head -60 | cut -c1-200
     done ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b" >&2; exit 2 ;;
+  s10c)  # ~400 s cold (tenth session, second call): build; test_memory_allocator alone (it
+    # hung in s10a: a test's pool release synchronized behind a host task) and the two stress
+    # tests the hang cut off, beside torch's two memory-viz tests on cudakit's pool; then the
+    # reduce-overhead probe (native, cudakit) and the profiler-viz probe on a quiet GPU.
+    STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    ( timeout 90 build-gpu/tests/test_memory_allocator > "$OUT/alloc.log" 2>&1; echo "rc=$?" >> "$OUT/alloc.log"
+      CUDAKIT_STRESS_SECONDS=5 timeout 80 ctest --test-dir build-gpu -R 'test_memory_stress' \
+        --output-on-failure > "$OUT/stress.log" 2>&1 ) &
+    ( TORCH_SUITE_K="test_memory_plots or test_memory_profiler_viz" MODES=plugin NPROC=0 \
+        RUN_BUDGET=90 bash .device-carry/torch-suite/run.sh /tmp/tsv > "$OUT/tsv.log" 2>&1 ) &
+    wait
+    tail -4 "$OUT/alloc.log"; grep -E "FAILED|tests passed|Failed" "$OUT/stress.log"
+    grep -hE "passed|failed" /tmp/tsv/plugin*.log 2>/dev/null | tail -3
+    grep -hE "^FAILED|^E  " /tmp/tsv/plugin*.log 2>/dev/null | head -12 | cut -c1-300
+    timeout 40 python3 bench/torch/memory_viz_probe.py viz cudakit 2>&1 | grep -v Warning | tail -9 | cut -c1-600
+    for a in native cudakit; do
+      timeout 110 python3 bench/torch/reduce_overhead_probe.py $a > "$OUT/ro_$a.log" 2>&1
+      grep -v Warning "$OUT/ro_$a.log" | head -60 | cut -c1-200
+    done ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c" >&2; exit 2 ;;
 esac
