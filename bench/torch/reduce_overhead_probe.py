@@ -19,11 +19,40 @@ import sys
 import time
 
 
+def _control_ms() -> float:
+    """Best of 5 of a fixed pure-Python workload (calls, attribute lookups, list appends)."""
+    def f(i, acc):
+        acc.append(i * 2)
+        return len(acc)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        acc: list = []
+        for i in range(200_000):
+            f(i, acc)
+        best = min(best, (time.perf_counter() - t0) * 1e3)
+    return best
+
+
+def _pair_us(torch, n: int = 20000) -> float:
+    best = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            torch.empty(1024, device="cuda")
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("allocator", choices=("native", "cudakit"))
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile part")
     args = ap.parse_args()
+    control_before = _control_ms()
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     import compile_check  # noqa: E402  (the same setup and model as compile_check's)
     torch = compile_check._setup(args.allocator)
@@ -67,6 +96,19 @@ def main() -> int:
     host = (time.perf_counter() - t0) * 1e3 / args.steps
     torch.cuda.synchronize()
     print(f"{args.allocator}: unsynchronized step {host:.3f} ms")
+    # A CPU-speed control in the same process (pure Python, no torch): a slower host shows
+    # here too; and the allocation pair cost, torch.empty of 4 KiB (pluggable layer + pool).
+    import gc
+    gc0 = [g["collections"] for g in gc.get_stats()]
+    for _ in range(args.steps):
+        train_step()
+    torch.cuda.synchronize()
+    gcs = [g["collections"] - c for g, c in zip(gc.get_stats(), gc0)]
+    print(f"{args.allocator}: control loop {control_before:.2f} ms before, {_control_ms():.2f} "
+          f"after; torch.empty(4 KiB) pair {_pair_us(torch):.3f} us; gc collections per "
+          f"step {[round(c / args.steps, 2) for c in gcs]}")
+    if args.no_profile:
+        return 0
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.steps):

@@ -88,3 +88,26 @@ def test_no_environment_side_doors_in_the_memory_module():
         if "getenv" in path.read_text():
             offenders.append(path.name)
     assert offenders == []
+
+
+def test_expandable_segments_true_given_makes_small_blocks_expandable_too_as_torch():
+    # torch's meaning of the key (its test_mempool_expandable puts a 1 MiB tensor in an
+    # expandable segment); with no settings cudakit keeps small blocks in 2 MiB plain segments.
+    script = """
+        import cudakit.memory as m
+        kinds = lambda: sorted((s["segment_type"], s["is_expandable"]) for s in m.memory_snapshot())
+        small = m.caching_allocator_alloc(1 << 20)   # 1 MiB: the small pool
+        large = m.caching_allocator_alloc(4 << 20)
+        print(kinds())
+        m.caching_allocator_delete(small)
+        m.caching_allocator_delete(large)
+        m.empty_cache()
+        m._set_allocator_settings("expandable_segments:True")   # live: later segments
+        small = m.caching_allocator_alloc(1 << 20)
+        print(kinds())
+        m.caching_allocator_delete(small)
+    """
+    assert _run(script).stdout.splitlines() == [
+        "[('large', True), ('small', False)]", "[('small', True)]"]
+    assert _run(script, CUDAKIT_ALLOC_CONF="expandable_segments:True").stdout.splitlines() == [
+        "[('large', True), ('small', True)]", "[('small', True)]"]
