@@ -261,5 +261,24 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
       timeout 110 python3 bench/torch/reduce_overhead_probe.py $a > "$OUT/ro_$a.log" 2>&1
       grep -v Warning "$OUT/ro_$a.log" | head -60 | cut -c1-200
     done ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c" >&2; exit 2 ;;
+  s10d)  # ~520 s cold (tenth session's closing call): build; PyTorch's test_cuda.py natively and
+    # on cudakit (both at once) beside the sync-debug pytest pass; then the reduce-overhead
+    # probe without its profile (native, cudakit) on a quiet GPU.
+    STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    TS=.device-carry/torch-suite
+    ( MODES=native NPROC=4 RUN_BUDGET=230 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+    ( MODES=plugin NPROC=4 RUN_BUDGET=230 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+    ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 250 python3 -m pytest -q -ra \
+        -p no:cacheprovider tests/python > "$OUT/syncdebug.log" 2>&1 ) &
+    wait
+    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml \
+        tsp/plugin.parallel.jsonl tsp/plugin.serial.jsonl 2>/dev/null
+    tail -1 "$OUT/syncdebug.log"; grep -E "^(FAILED|ERROR)" "$OUT/syncdebug.log" | head -12
+    head -30 "$OUT/torch_suite.txt"
+    for a in native cudakit; do
+      timeout 60 python3 bench/torch/reduce_overhead_probe.py $a --no-profile 2>&1 | grep -E "^$a:"
+    done ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d" >&2; exit 2 ;;
 esac
