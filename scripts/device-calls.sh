@@ -267,9 +267,9 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     TS=.device-carry/torch-suite
-    ( MODES=native NPROC=4 RUN_BUDGET=230 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
-    ( MODES=plugin NPROC=4 RUN_BUDGET=230 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
-    ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 250 python3 -m pytest -q -ra \
+    ( MODES=native NPROC=4 RUN_BUDGET=215 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+    ( MODES=plugin NPROC=4 RUN_BUDGET=215 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+    ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 235 python3 -m pytest -q -ra \
         -p no:cacheprovider tests/python > "$OUT/syncdebug.log" 2>&1 ) &
     wait
     python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
