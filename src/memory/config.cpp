@@ -174,7 +174,6 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
       parse_roundup(c, var, v);
     } else if (key == "expandable_segments") {
       c.expandable_segments = parse_bool(var, key, v);
-      c.expandable_small = c.expandable_segments;  // given: torch's meaning (config.hpp)
     } else if (key == "backend") {
       if (v == "native") c.backend = Backend::native;
       else if (v == "cudaMallocAsync") c.backend = Backend::driver_async;

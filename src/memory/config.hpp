@@ -41,9 +41,7 @@
 // allocated 1.002-1.047 on 14 of them (torch-compatible mode 1.017-3.2; holdout: 7 of 8 at
 // 1.014-1.049, measured once afterwards), against more device
 // memory calls (create + map + access per chunk, unmap + release when pages move). What was
-// rejected and why is in expandable_segment.hpp. expandable_segments:True, given, is torch's
-// meaning of the key: the small pool's segments are expandable too (torch's
-// test_mempool_expandable checks that a 1 MiB block lands in one). expandable_segments:False gives the
+// rejected and why is in expandable_segment.hpp. expandable_segments:False gives the
 // torch-compatible mode (c10's default: one cudaMalloc per segment, no page moves);
 // backend:cudaMallocAsync alone turns expandable segments off (the driver's pool has its own
 // address space). Private pools (graph capture, MemPool) keep plain segments either way.
@@ -79,10 +77,6 @@ struct AllocatorConfig {
   // like torch's), value = number of divisions (0 = plain rounding).
   std::array<unsigned, 64> roundup_power2_divisions{};
   bool expandable_segments = true;  // the default since issue 27 (see the comment above)
-  // The small pool's segments expandable too: only when the text sets expandable_segments:True
-  // (torch's meaning of that key: every segment of the default pools). The default, key
-  // absent, keeps 2 MiB plain small segments (fewer device calls for the same ratio, issue 27).
-  bool expandable_small = false;
   bool release_lock_on_device_malloc = false;  // inert
   double per_process_memory_fraction = 1.0;
   bool quick_cache = true;
