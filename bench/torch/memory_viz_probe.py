@@ -3,12 +3,16 @@ natively and on cudakit side by side (GPU only; not a test):
 
     python3 bench/torch/memory_viz_probe.py plots  native|cudakit   # test_memory_plots' snapshot
     python3 bench/torch/memory_viz_probe.py viz    native|cudakit   # test_memory_profiler_viz
+    python3 bench/torch/memory_viz_probe.py expandable native|cudakit  # test_mempool_expandable
 
 plots: for each (context, stacks) of torch's test, the trace's actions and sizes before and
 after torch's trace_plot(filter_freed=True), which filters the snapshot in place (the test then
 looks for the allocation's size, 65536, in what is left), and the segments' block sizes.
 viz: the profiler's allocation events, their ids and Python parents, and whether the
 snapshot built from them (_profile_to_snapshot) names this file.
+expandable: test_mempool_expandable's default-pool half (its MemPool needs a compiled
+allocator): after empty_cache and expandable_segments:True, one 1 MiB tensor, then every
+segment of the snapshot (the test wants exactly its two; cudakit's pool showed 4 on the H200).
 """
 import json
 import sys
@@ -89,7 +93,22 @@ def viz(torch):
     print("this file in the snapshot:", "memory_viz_probe.py" in json.dumps(_profile_to_snapshot(prof)))
 
 
+def expandable(torch):
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory.memory_snapshot()
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    x = torch.empty(1024 * 1024 // 4, device="cuda")
+    segs = torch.cuda.memory.memory_snapshot()
+    print(f"segments before the tensor: {len(before)}; after: {len(segs)}")
+    for s in segs:
+        live = [b["size"] for b in s["blocks"] if b["state"] == "active_allocated"]
+        print(f"  {s['segment_type']:<5} pool={s.get('segment_pool_id')} stream={s['stream']} "
+              f"total={s['total_size']} expandable={s['is_expandable']} live={live[:6]}")
+    torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+    del x
+
+
 if __name__ == "__main__":
     what, mode = sys.argv[1], sys.argv[2]
     print(f"== {what} ({mode})")
-    {"plots": plots, "viz": viz}[what](_torch(mode))
+    {"plots": plots, "viz": viz, "expandable": expandable}[what](_torch(mode))
