@@ -280,7 +280,7 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     for a in native cudakit; do
       timeout 60 python3 bench/torch/reduce_overhead_probe.py $a --no-profile 2>&1 | grep -E "^$a:"
     done ;;
-  s11)  # ~500 s cold (eleventh session's closing call, after `suite` and `s10d` at its start):
+  s11)  # ~390 s cold (2026-12-07 session's closing call, after `suite` and `s10d` at its start):
     # build the Python module; torch's test_cuda.py tests that did not pass or did not run in
     # s10d (test_cycles was cut off by the budget) in both modes beside the default-pool probe
     # of test_mempool_expandable and the driver's floor under import_pool (issue 29); then, on
