@@ -174,6 +174,9 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
       parse_roundup(c, var, v);
     } else if (key == "expandable_segments") {
       c.expandable_segments = parse_bool(var, key, v);
+      c.expandable_small = c.expandable_segments;  // torch's meaning: every segment (config.hpp)
+    } else if (key == "expandable_segments_small") {
+      c.expandable_small = parse_bool(var, key, v);
     } else if (key == "backend") {
       if (v == "native") c.backend = Backend::native;
       else if (v == "cudaMallocAsync") c.backend = Backend::driver_async;
@@ -227,7 +230,7 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
                        "pinned_use_background_threads, graph_capture_record_stream_reuse, "
                        "quick_cache, expandable_segments_chunk_pages, "
                        "expandable_segments_slack_div, expandable_segments_max_chunk_mb, "
-                       "device_mutex_spin");
+                       "expandable_segments_small, device_mutex_spin");
     }
     c.keys.push_back(key);
   }
@@ -239,6 +242,13 @@ AllocatorConfig AllocatorConfig::parse_over(const AllocatorConfig& base, const s
   if (c.expandable_segments && c.backend == Backend::driver_async)
     throw ValueError(var + ": expandable_segments:True needs backend:native (the driver's "
                      "stream-ordered pool manages its own address space)");
+  if (!c.expandable_segments && c.expandable_small) {
+    if (std::find(c.keys.begin(), c.keys.end(), "expandable_segments_small") != c.keys.end())
+      throw ValueError(var + ": expandable_segments_small:True needs expandable_segments:True "
+                       "(small blocks cannot be expandable while the large ones are not): "
+                       "write expandable_segments:True, which makes both expandable");
+    c.expandable_small = false;  // expandable segments turned off by the backend
+  }
   return c;
 }
 

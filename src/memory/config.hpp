@@ -29,7 +29,11 @@
 // high-water mark plus 1/N of it before they move pages; default 32),
 // expandable_segments_max_chunk_mb (the largest chunk a large pool's chunks grow to, a power
 // of two, default 32: a chunk is unmapped only when all of it is free, so this bounds the
-// memory one small live block can pin), device_mutex_spin
+// memory one small live block can pin), expandable_segments_small (True/False, live: the
+// small pool's segments expandable too; expandable_segments:True sets it, as torch's key makes
+// every segment expandable, and expandable_segments:False clears it; so
+// "expandable_segments:True,expandable_segments_small:False" is the default policy below,
+// the way back to it after either), device_mutex_spin
 // (True/False, default True, fixed at the first device allocation: the slow-path lock spins
 // briefly before it sleeps, see locks.hpp). The measurements behind the defaults are in
 // expandable_segment.hpp and docs/performance.md.
@@ -41,7 +45,11 @@
 // allocated 1.002-1.047 on 14 of them (torch-compatible mode 1.017-3.2; holdout: 7 of 8 at
 // 1.014-1.049, measured once afterwards), against more device
 // memory calls (create + map + access per chunk, unmap + release when pages move). What was
-// rejected and why is in expandable_segment.hpp. expandable_segments:False gives the
+// rejected and why is in expandable_segment.hpp. expandable_segments:True, given, means what
+// torch's key means: the small pool's segments are expandable too (torch's
+// test_mempool_expandable checks that a 1 MiB block lands in one; small pools then pay create
+// + map + access per 2 MiB page where a plain segment is one cudaMalloc: t5_train's calls
+// 2176 -> 5431). expandable_segments:False gives the
 // torch-compatible mode (c10's default: one cudaMalloc per segment, no page moves);
 // backend:cudaMallocAsync alone turns expandable segments off (the driver's pool has its own
 // address space). Private pools (graph capture, MemPool) keep plain segments either way.
@@ -77,6 +85,10 @@ struct AllocatorConfig {
   // like torch's), value = number of divisions (0 = plain rounding).
   std::array<unsigned, 64> roundup_power2_divisions{};
   bool expandable_segments = true;  // the default since issue 27 (see the comment above)
+  // The small pool's segments expandable too (needs expandable_segments): set and cleared
+  // with expandable_segments when that key is given (torch's meaning of it), or on its own
+  // with expandable_segments_small. Off by default: small blocks keep 2 MiB plain segments.
+  bool expandable_small = false;
   bool release_lock_on_device_malloc = false;  // inert
   double per_process_memory_fraction = 1.0;
   bool quick_cache = true;

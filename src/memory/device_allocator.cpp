@@ -332,12 +332,14 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   std::optional<detail::ThreadCaptureModeGuard> relaxed;
   if (relax) relaxed.emplace(graphs_, detail::CaptureMode::relaxed);
   Block* b = nullptr;
-  // Expandable segments serve the large pool only: small blocks (<= 1 MiB) keep torch's 2 MiB
-  // segments, one cudaMalloc each instead of create + map + access, and a base address for
-  // torch's legacy IPC and the plug-in's base_alloc (issue 27, expandable_segment.hpp).
+  // By default expandable segments serve the large pool only: small blocks (<= 1 MiB) keep
+  // torch's 2 MiB segments, one cudaMalloc each instead of create + map + access (issue 27,
+  // expandable_segment.hpp). expandable_segments:True, given, makes them expandable too, as
+  // torch's key does (config.hpp: expandable_small).
   if (pool.owner && pool.owner->sleep) {
     b = alloc_sleep_segment(pool, size, stream);
-  } else if (cfg_.expandable_segments && caching && !pool.owner && !pool.is_small) {
+  } else if (cfg_.expandable_segments && caching && !pool.owner &&
+             (!pool.is_small || cfg_.expandable_small)) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
     b = alloc_segment(pool, caching ? allocation_size(size)
@@ -731,6 +733,7 @@ void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
     vm_page_ = (kSmallBuffer + g - 1) / g * g;
   }
   cfg_.expandable_segments = c.expandable_segments;
+  cfg_.expandable_small = c.expandable_small;
   if (c.max_split_size != cfg_.max_split_size) {
     cfg_.max_split_size = c.max_split_size;
     stats_.set_max_split_size(c.max_split_size);

@@ -209,6 +209,7 @@ std::string snapshot_json(std::optional<MempoolId> pool) {
       {"PYTORCH_CUDA_ALLOC_CONF", c.source},
       {"backend", c.backend == AllocatorConfig::Backend::native ? "native" : "cudaMallocAsync"},
       {"expandable_segments", c.expandable_segments},
+      {"expandable_segments_small", c.expandable_small},
       {"max_split_size", c.max_split_size == SIZE_MAX ? -1 : std::int64_t(c.max_split_size)},
       {"max_non_split_rounding", c.max_non_split_rounding},
       {"garbage_collection_threshold", c.garbage_collection_threshold},

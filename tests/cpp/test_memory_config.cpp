@@ -97,8 +97,11 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   const memory::AllocatorConfig before = memory::settings_in_force();
   // The expandable_segments value in force (the default is True; the environment may say
   // otherwise); that key is live, so restating it changes nothing.
-  const std::string keep = before.expandable_segments ? "expandable_segments:True"
-                                                      : "expandable_segments:False";
+  const std::string keep =
+      before.expandable_segments
+          ? std::string("expandable_segments:True,expandable_segments_small:") +
+                (before.expandable_small ? "True" : "False")
+          : "expandable_segments:False";
   for (const char* change : {"backend:cudaMallocAsync", "expandable_segments_chunk_pages:8",
                              "device_mutex_spin:False",
                              "garbage_collection_threshold:0.5,backend:cudaMallocAsync"}) {
@@ -124,7 +127,31 @@ TEST(MemoryConfig, InitOnlyKeysRaiseOnceAnAllocatorExists) {
   EXPECT_EQ(get_allocator_backend(), "native");
   EXPECT_EQ(snapshot_settings()["backend"], "native");
   EXPECT_EQ(snapshot_settings()["expandable_segments"], before.expandable_segments);
+  EXPECT_EQ(snapshot_settings()["expandable_segments_small"], before.expandable_small);
   touch_allocator();
+}
+
+TEST(MemoryConfig, ExpandableSegmentsTrueCoversTheSmallPoolAsTorchsKeyDoes) {
+  using memory::AllocatorConfig;
+  EXPECT_TRUE(AllocatorConfig::parse("").expandable_segments);
+  EXPECT_FALSE(AllocatorConfig::parse("").expandable_small);  // cudakit's default policy
+  const AllocatorConfig on = AllocatorConfig::parse("expandable_segments:True");
+  EXPECT_TRUE(on.expandable_segments && on.expandable_small);
+  const AllocatorConfig off = AllocatorConfig::parse_over(on, "expandable_segments:False", "T");
+  EXPECT_FALSE(off.expandable_segments || off.expandable_small);
+  const AllocatorConfig back =
+      AllocatorConfig::parse_over(on, "expandable_segments_small:False", "T");
+  EXPECT_TRUE(back.expandable_segments);
+  EXPECT_FALSE(back.expandable_small);
+  // The driver's pool has no expandable segments of either kind.
+  EXPECT_FALSE(AllocatorConfig::parse("backend:cudaMallocAsync").expandable_small);
+  try {
+    (void)AllocatorConfig::parse("expandable_segments:False,expandable_segments_small:True");
+    ADD_FAILURE() << "small expandable segments without expandable segments were accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("write expandable_segments:True"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MemoryConfig, SegmentKindAndSplitSizeApplyToLaterSegments) {

@@ -186,8 +186,8 @@ def test_foreign_allocation_and_capture_modes(ck, mode):
     ck.memory._set_allocator_settings("expandable_segments:False")
     try:
         _foreign_allocation_and_capture_modes(ck, mode)
-    finally:
-        ck.memory._set_allocator_settings("expandable_segments:True")
+    finally:  # back to the default policy (expandable_segments:True alone: the small pool too)
+        ck.memory._set_allocator_settings("expandable_segments:True,expandable_segments_small:False")
 
 
 def _foreign_allocation_and_capture_modes(ck, mode):

@@ -90,27 +90,59 @@ def test_no_environment_side_doors_in_the_memory_module():
     assert offenders == []
 
 
-def test_expandable_segments_false_then_true_gives_the_defaults_back():
-    # A program that turns expandable segments off for a while and on again gets the default
-    # policy back: large blocks in expandable segments, small ones (<= 1 MiB) in 2 MiB plain
-    # segments. (Making True mean "the small pool too", torch's meaning, was tried and reverted
-    # in the tenth session: this toggle then left small blocks expandable for the rest of the
-    # process, and no key could restore the default.)
-    r = _run("""
-        import cudakit.memory as m
-        kinds = lambda: sorted((s["segment_type"], s["is_expandable"]) for s in m.memory_snapshot())
-        def both():
-            small, large = m.caching_allocator_alloc(1 << 20), m.caching_allocator_alloc(4 << 20)
-            print(kinds())
-            m.caching_allocator_delete(small)
-            m.caching_allocator_delete(large)
-            m.empty_cache()
-        both()
-        m._set_allocator_settings("expandable_segments:False")
-        both()
-        m._set_allocator_settings("expandable_segments:True")
-        both()
+_SEGMENT_KINDS = """
+    import cudakit.memory as m
+    kinds = lambda: sorted((s["segment_type"], s["is_expandable"]) for s in m.memory_snapshot())
+    def both():
+        small, large = m.caching_allocator_alloc(1 << 20), m.caching_allocator_alloc(4 << 20)
+        print(kinds())
+        m.caching_allocator_delete(small)
+        m.caching_allocator_delete(large)
+        m.empty_cache()
+    both()
+"""
+
+
+def test_expandable_segments_true_means_every_segment_as_torch_and_the_default_comes_back():
+    # No settings: large blocks in expandable segments, small ones (<= 1 MiB) in 2 MiB plain
+    # segments. expandable_segments:True means what it means to torch (its
+    # test_mempool_expandable puts a 1 MiB tensor in an expandable segment): small ones too;
+    # False: none. expandable_segments_small:False after True is the default policy again.
+    r = _run(_SEGMENT_KINDS + """
+    m._set_allocator_settings("expandable_segments:False")
+    both()
+    m._set_allocator_settings("expandable_segments:True")
+    both()
+    m._set_allocator_settings("expandable_segments_small:False")
+    both()
+    m._set_allocator_settings("expandable_segments:False")
+    m._set_allocator_settings("expandable_segments:True,expandable_segments_small:False")
+    both()
     """)
     assert r.stdout.splitlines() == ["[('large', True), ('small', False)]",
                                      "[('large', False), ('small', False)]",
+                                     "[('large', True), ('small', True)]",
+                                     "[('large', True), ('small', False)]",
                                      "[('large', True), ('small', False)]"]
+
+
+def test_expandable_segments_true_in_the_environment_covers_the_small_pool():
+    for conf, expect in (("expandable_segments:True", "[('large', True), ('small', True)]"),
+                         ("expandable_segments:False", "[('large', False), ('small', False)]"),
+                         ("expandable_segments_small:True", "[('large', True), ('small', True)]"),
+                         ("expandable_segments:True,expandable_segments_small:False",
+                          "[('large', True), ('small', False)]")):
+        assert _run(_SEGMENT_KINDS, PYTORCH_CUDA_ALLOC_CONF=conf).stdout.splitlines() == [expect], conf
+
+
+def test_expandable_small_without_expandable_segments_is_refused_and_changes_nothing():
+    r = _run(_SEGMENT_KINDS + """
+    m._set_allocator_settings("expandable_segments:False")
+    try:
+        m._set_allocator_settings("expandable_segments_small:True")
+    except ValueError as e:
+        print("refused:", "expandable_segments:True" in str(e))
+    both()
+    """)
+    assert r.stdout.splitlines() == ["[('large', True), ('small', False)]", "refused: True",
+                                     "[('large', False), ('small', False)]"]
