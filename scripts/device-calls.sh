@@ -306,5 +306,16 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     head -30 "$OUT/torch_suite.txt"
     timeout 120 python3 bench/memory/bench_sleep.py --handoff > "$OUT/sleep.log" 2>&1; cat "$OUT/sleep.log"
     if [ $(( $(date +%s) - t0 )) -lt 330 ]; then compile_check_both; tail -14 "$OUT/cc.log"; fi ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11" >&2; exit 2 ;;
+  s11e)  # ~230 s cold (2026-12-07, the last of the session's device time): build the Python
+    # module; torch's test_mempool_expandable on cudakit's pool after the two MemPool tests
+    # that precede it in the file (one process, file order: the order that counted 4 segments).
+    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    TORCH_SUITE_K="test_mempool_with_allocator or test_tensor_delete_after_allocator_delete \
+or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
+      bash .device-carry/torch-suite/run.sh /tmp/tse > "$OUT/tse.log" 2>&1
+    grep -hE "passed|failed|PASSED|FAILED" /tmp/tse/plugin*.log 2>/dev/null | tail -6 | cut -c1-250
+    grep -hE "^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250 ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e" >&2; exit 2 ;;
 esac
