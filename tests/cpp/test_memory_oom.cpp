@@ -138,6 +138,34 @@ TEST(MemoryOom, MessageBlamesFragmentationWhenTheRequestWouldFit) {
   EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
 }
 
+// Small blocks keep plain 2 MiB segments by default (config.hpp), so a fragmented small pool
+// is not a matter of expandable chunks: the advice is the key that makes them expandable.
+TEST(MemoryOom, FragmentedSmallPoolIsAdvisedTheKeyThatCoversIt) {
+  if (!emulated()) GTEST_SKIP();
+  empty_cache();
+  // 4 MiB under the fraction: two small segments.
+  memory::DeviceAllocator a(0, detail::backend(),
+                            memory::AllocatorConfig::parse("per_process_memory_fraction:0.015625"));
+  std::vector<memory::Block*> b;
+  for (int i = 0; i < 8; ++i) b.push_back(a.malloc(512 * 1024, nullptr));
+  a.free(reinterpret_cast<void*>(b[0]->ptr));
+  a.free(reinterpret_cast<void*>(b[2]->ptr));  // 1 MiB free, in two 512 KiB pieces
+  std::string what;
+  try {
+    a.malloc(1 * MiB, nullptr);
+  } catch (const OutOfMemoryError& e) {
+    what = e.what();
+  }
+  ASSERT_FALSE(what.empty()) << "1 MiB fit no piece and the fraction had no room for a segment";
+  EXPECT_NE(what.find("would fit if memory were not fragmented"), std::string::npos) << what;
+  EXPECT_NE(what.find("try CUDAKIT_ALLOC_CONF=expandable_segments:True"), std::string::npos)
+      << what;
+  EXPECT_EQ(what.find("expandable_segments_max_chunk_mb"), std::string::npos) << what;
+  for (int i : {1, 3, 4, 5, 6, 7}) a.free(reinterpret_cast<void*>(b[i]->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+}
+
 TEST(MemoryOom, MessageBlamesTheLiveSetWhenNothingCouldFit) {
   if (!emulated()) GTEST_SKIP();
   empty_cache();
