@@ -150,7 +150,13 @@ TEST(MemoryFuzz, Default) { run_fuzz("", scaled(500000), 1); }
 TEST(MemoryFuzz, MaxSplitAndRoundup) {
   run_fuzz("max_split_size_mb:32,roundup_power2_divisions:4", scaled(250000), 2);
 }
+// expandable_segments:True, given, makes the small pool's segments expandable too (config.hpp).
 TEST(MemoryFuzz, Expandable) { run_fuzz("expandable_segments:True", scaled(250000), 3); }
+// The torch-compatible mode (every segment plain, as c10's default): the default since issue 27
+// has expandable large segments, so the cases above no longer reach plain large ones.
+TEST(MemoryFuzz, PlainSegments) {
+  run_fuzz("expandable_segments:False,max_split_size_mb:32", scaled(250000), 7);
+}
 TEST(MemoryFuzz, GarbageCollection) {
   run_fuzz("garbage_collection_threshold:0.001", scaled(50000), 4);
 }
@@ -266,4 +272,7 @@ void run_threads(const std::string& conf, std::size_t ops_per_thread, unsigned s
 TEST(MemoryFuzz, ThreadsQuickCache) { run_threads("", scaled(60000), 5); }
 TEST(MemoryFuzz, ThreadsQuickCacheExpandable) {
   run_threads("expandable_segments:True", scaled(30000), 6);
+}
+TEST(MemoryFuzz, ThreadsQuickCachePlainSegments) {
+  run_threads("expandable_segments:False", scaled(30000), 8);
 }
