@@ -99,8 +99,14 @@ cudakit.memory._dump_snapshot(str(snap_path))
 html_path = out / "memory.html"
 memory_viz.main([str(snap_path), "-o", str(html_path)])
 cudakit.memory._record_memory_history(None)
+# Where the reserved memory is: a captured graph keeps its private pool (its kernels replay on
+# those addresses, a matmul's cuBLAS workspace included) for as long as the graph lives.
+segments = cudakit.memory.memory_snapshot()
+in_graphs = sum(s["total_size"] for s in segments if s["segment_pool_id"] != (0, 0))
+graph_pools = len({s["segment_pool_id"] for s in segments if s["segment_pool_id"] != (0, 0)})
 print(f"allocated {cudakit.memory_allocated() / 2**20:.1f} MiB, "
-      f"reserved {cudakit.memory_reserved() / 2**20:.1f} MiB")
+      f"reserved {cudakit.memory_reserved() / 2**20:.1f} MiB "
+      f"({in_graphs / 2**20:.1f} MiB of it in {graph_pools} graph pools, kept for replay)")
 
 print("\nopen these:")
 print(f"  trace:    {trace_path}   (https://ui.perfetto.dev or chrome://tracing)")
