@@ -338,8 +338,7 @@ Block* DeviceAllocator::grow(std::size_t size, detail::StreamHandle stream, bool
   // torch's key does (config.hpp: expandable_small).
   if (pool.owner && pool.owner->sleep) {
     b = alloc_sleep_segment(pool, size, stream);
-  } else if (cfg_.expandable_segments && caching && !pool.owner &&
-             (!pool.is_small || cfg_.expandable_small)) {
+  } else if (caching && grows_expandable(pool)) {
     b = alloc_expandable(pool, size, stream, may_move, moving);
   } else {
     b = alloc_segment(pool, caching ? allocation_size(size)

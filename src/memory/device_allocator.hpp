@@ -247,6 +247,12 @@ class DeviceAllocator {
   Block* new_block();
   void recycle(Block* b);
   BlockPool& pool_for(std::size_t size, detail::StreamHandle stream);
+  // Whether `pool` grows by expandable segments (caching allocations): the default pools do
+  // when expandable_segments is on, the small one only with expandable_small (config.hpp);
+  // private pools never.
+  bool grows_expandable(const BlockPool& pool) const noexcept {
+    return cfg_.expandable_segments && !pool.owner && (!pool.is_small || cfg_.expandable_small);
+  }
   std::size_t round_size(std::size_t size) const;
   std::size_t allocation_size(std::size_t size) const;
   Block* get_free_block(BlockPool& pool, std::size_t size, detail::StreamHandle stream);

@@ -74,10 +74,7 @@ OomFacts DeviceAllocator::oom_facts(std::size_t size, std::size_t alloc_size,
   }
   f.limit_room = limit_ == SIZE_MAX ? SIZE_MAX : limit_room();
   BlockPool& target = pool_for(size, stream);
-  // The request's own pool kind: small blocks are in plain segments unless
-  // expandable_segments_small (config.hpp), whatever the large pool does.
-  f.expandable = cfg_.expandable_segments && !target.owner &&
-                 (!target.is_small || cfg_.expandable_small);
+  f.expandable = grows_expandable(target);  // the request's own pool kind, not the large pool's
   auto scan = [&](BlockPool& pool) {
     for (Block* b : pool.blocks.blocks()) {
       f.largest_free_any_stream = std::max(f.largest_free_any_stream, b->size);
