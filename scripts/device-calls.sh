@@ -319,5 +319,22 @@ or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
       bash .device-carry/torch-suite/run.sh /tmp/tse > "$OUT/tse.log" 2>&1
     grep -hE "passed|failed|PASSED|FAILED" /tmp/tse/plugin*.log 2>/dev/null | tail -6 | cut -c1-250
     grep -hE "^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250 ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e" >&2; exit 2 ;;
+  s12)  # ~500 s warm after `suite` (written 2026-12-07 for the next session, not yet run):
+    # torch's test_mempool_expandable in file order on cudakit's pool (issue 26's last test),
+    # then on a quiet GPU issue 29's hand-off with later imports of the same handle, and issue
+    # 27's replay time of the default against torch's default on both halves of the traces.
+    STEPS="build" BUILD_TARGETS="cudakit_python memory_replay" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    TORCH_SUITE_K="test_mempool_with_allocator or test_tensor_delete_after_allocator_delete \
+or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
+      bash .device-carry/torch-suite/run.sh /tmp/tse > "$OUT/tse.log" 2>&1
+    grep -hE "passed|failed" /tmp/tse/plugin*.log 2>/dev/null | tail -2
+    grep -hE "^FAILED|^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250
+    timeout 120 python3 bench/memory/bench_sleep.py --handoff --gib 4 --kv-gib 2 > "$OUT/sleep.log" 2>&1
+    grep -E "handoff|GBps" "$OUT/sleep.log"
+    timeout 280 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
+      --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
+    cat "$OUT/replay_time.md" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12" >&2; exit 2 ;;
 esac
