@@ -30,6 +30,15 @@ compile_check_both() {
       --allocator cudakit --out /tmp/cct-c.pt &&
     python3 bench/torch/compile_check.py --compare /tmp/cct-n.pt /tmp/cct-c.pt; } > "$OUT/cc.log" 2>&1
 }
+# torch's test_mempool_expandable on cudakit's pool after the two MemPool tests before it in
+# the file (one process, file order: the order that counted 4 segments in the tenth session).
+mempool_tests_in_file_order() {
+  TORCH_SUITE_K="test_mempool_with_allocator or test_tensor_delete_after_allocator_delete \
+or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
+    bash .device-carry/torch-suite/run.sh /tmp/tse > "$OUT/tse.log" 2>&1
+  grep -hE "passed|failed" /tmp/tse/plugin*.log 2>/dev/null | tail -2
+  grep -hE "^FAILED|^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250
+}
 case "${1:-}" in
   tests)
     STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
@@ -314,11 +323,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
     tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    TORCH_SUITE_K="test_mempool_with_allocator or test_tensor_delete_after_allocator_delete \
-or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
-      bash .device-carry/torch-suite/run.sh /tmp/tse > "$OUT/tse.log" 2>&1
-    grep -hE "passed|failed|PASSED|FAILED" /tmp/tse/plugin*.log 2>/dev/null | tail -6 | cut -c1-250
-    grep -hE "^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250 ;;
+    mempool_tests_in_file_order ;;
   s12)  # ~500 s warm after `suite` (written 2026-12-07 for the next session, not yet run):
     # torch's test_mempool_expandable in file order on cudakit's pool (issue 26's last test),
     # then on a quiet GPU issue 29's hand-off with later imports of the same handle, and issue
@@ -326,11 +331,7 @@ or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
     STEPS="build" BUILD_TARGETS="cudakit_python memory_replay" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
     tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    TORCH_SUITE_K="test_mempool_with_allocator or test_tensor_delete_after_allocator_delete \
-or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
-      bash .device-carry/torch-suite/run.sh /tmp/tse > "$OUT/tse.log" 2>&1
-    grep -hE "passed|failed" /tmp/tse/plugin*.log 2>/dev/null | tail -2
-    grep -hE "^FAILED|^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250
+    mempool_tests_in_file_order
     timeout 120 python3 bench/memory/bench_sleep.py --handoff --gib 4 --kv-gib 2 > "$OUT/sleep.log" 2>&1
     grep -E "handoff|GBps" "$OUT/sleep.log"
     timeout 280 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
