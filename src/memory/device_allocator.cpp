@@ -222,15 +222,11 @@ int DeviceAllocator::quick_put(void* ptr) {
   Block* b = live_block(ptr);
   if (!b) return 0;
   if (b->uncached || b->async || b->pool->owner || !b->stream_uses.empty()) return -1;
-  // A large block that would merge with a free neighbour goes back to the pool: parking it
-  // would leave the free space in pieces, and best-fit would then split other blocks or grow
-  // (measured: vit_train 1.097 -> 1.129, varlen_infer 2.33 -> 2.57 before this check).
-  // Small-pool blocks (<= 1 MiB) are exempt: their segments are 2 MiB, so the effect on
-  // reserved memory is bounded and they are the allocations that need the fast path most.
-  if (!b->pool->is_small &&
-      ((b->prev && !b->prev->allocated) || (b->next && !b->next->allocated))) {
-    return -1;
-  }
+  // Only small-pool blocks (<= 1 MiB) are parked: their segments are 2 MiB, so the effect on
+  // reserved memory is bounded, and they are the allocations that need the fast path most.
+  // A parked large block keeps the free space around it in pieces: best-fit then splits other
+  // blocks or grows (quick_cache.hpp has the replay measurements that removed large blocks).
+  if (!b->pool->is_small) return -1;
   if (!quick_.park(b)) return -1;
   b->free_epoch = ++free_epoch_;
   const bool small = b->pool->is_small;

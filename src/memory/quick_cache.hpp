@@ -4,8 +4,21 @@
 // that stream takes it in O(1) under the allocator's short fast lock only, skipping the free
 // sets, splitting and merging. A parked block counts as freed in the statistics (torch's
 // semantics). Parked blocks go back to the free sets (drain) before the allocator grows, on
-// the retry/OOM path, empty_cache, snapshots, statistics and pool release, so reserved memory
-// and fragmentation are unaffected.
+// the retry/OOM path, empty_cache, snapshots, statistics and pool release.
+//
+// Only small-pool blocks (<= 1 MiB) are parked. Parking still changes placement: a parked
+// block does not merge with a neighbour freed meanwhile, so best-fit splits other blocks or
+// grows past it, and the exact-size reuse it offers depends on which (stream, size) pairs
+// share a slot (a hash of stream handles: results varied from run to run). Large blocks used
+// to be parked too when both neighbours were allocated; replaying the real traces of issue
+// 27 (2026-12-07, emulated, decided on the design half) without that gave lower peak
+// reserved / peak allocated on 8 of the 15 design traces and equal on 5, results that no
+// longer vary from run to run (server_bert_threads 1.169, where it varied 1.17-1.25), and
+// fewer driver calls on most (varlen_infer 1633 -> 996, unet_train 1511 -> 1218; more on
+// server_bert_threads, 4.6k -> 5.8k); worse: unet_train 1.028 -> 1.031, varbatch_train
+// 1.002 -> 1.007 (docs/performance.md has both halves). The cost is the slow path (the allocator's mutex) for large frees and their
+// reallocation, not measured on the GPU machine yet: 8 threads on the 2-core development
+// machine were within noise.
 //
 // Adaptivity: when fewer than a quarter of the last kWindow parked blocks were taken back
 // (mixed sizes: the next request rarely matches), parking only adds a park + drain to every
