@@ -432,8 +432,8 @@ bool DeviceAllocator::free(void* ptr) {
   if (it == active_.end() || it->second->parked) return false;
   Block* b = it->second;
   // A full quick cache holds blocks nobody asked for again: give them back so later frees
-  // can park (otherwise stale big blocks would pin the budget and every free pays twice).
-  if (!quick_.has_room(b->size)) quick_flush();
+  // can park (otherwise stale blocks would fill it and every free would pay twice).
+  if (!quick_.has_room()) quick_flush();
   active_.erase(it);
   b->allocated = false;
   b->free_epoch = ++free_epoch_;

@@ -16,9 +16,9 @@
 // longer vary from run to run (server_bert_threads 1.169, where it varied 1.17-1.25), and
 // fewer driver calls on most (varlen_infer 1633 -> 996, unet_train 1511 -> 1218; more on
 // server_bert_threads, 4.6k -> 5.8k); worse: unet_train 1.028 -> 1.031, varbatch_train
-// 1.002 -> 1.007 (docs/performance.md has both halves). The cost is the slow path (the allocator's mutex) for large frees and their
-// reallocation, not measured on the GPU machine yet: 8 threads on the 2-core development
-// machine were within noise.
+// 1.002 -> 1.007 (docs/performance.md has both halves). The cost is the slow path (the
+// allocator's mutex) for large frees and their reallocation, not measured on the GPU machine
+// yet: 8 threads on the 2-core development machine were within noise.
 //
 // Adaptivity: when fewer than a quarter of the last kWindow parked blocks were taken back
 // (mixed sizes: the next request rarely matches), parking only adds a park + drain to every
@@ -44,8 +44,9 @@ class QuickCache {
  public:
   static constexpr int kSlots = 64;       // direct-mapped by (stream, size)
   static constexpr int kDepth = 4;        // blocks per slot
-  static constexpr std::size_t kBudget = 256 * kMiB;  // bytes parked per device
-  static constexpr int kMaxBlocks = 32;   // keeps drains short when hits are rare
+  // Keeps drains short when hits are rare; also bounds the bytes parked (32 small blocks: at
+  // most 32 MiB, so no byte budget is needed since large blocks are not parked).
+  static constexpr int kMaxBlocks = 32;
   static constexpr int kWindow = 256;
   static constexpr int kMinHits = kWindow / 4;
   static constexpr int kPause = 4096;
@@ -60,13 +61,12 @@ class QuickCache {
     Block* b = q.blocks[--q.n];
     if (--blocks_ == 0) any_parked_.store(false, std::memory_order_relaxed);
     ++hits_;
-    bytes_ -= b->size;
     b->parked = false;
     return b;
   }
   // Parks `b` (sets b->parked); false when it does not fit (budget, slot taken or full).
   bool park(Block* b) noexcept {
-    if (!has_room(b->size)) return false;
+    if (!has_room()) return false;
     Slot& q = slots_[index(b->stream, b->size)];
     if (q.n == 0) {
       q.stream = b->stream;
@@ -76,7 +76,6 @@ class QuickCache {
     }
     q.blocks[q.n++] = b;
     ++blocks_;
-    bytes_ += b->size;
     b->parked = true;
     any_parked_.store(true, std::memory_order_relaxed);
     if (++parks_ == kWindow) {
@@ -88,8 +87,8 @@ class QuickCache {
     }
     return true;
   }
-  bool has_room(std::size_t incoming) const noexcept {
-    return blocks_ < kMaxBlocks && bytes_ + incoming <= kBudget;
+  bool has_room() const noexcept {
+    return blocks_ < kMaxBlocks;
   }
   // A free that took the slow path while parking is paused counts down the pause.
   void count_slow_free() noexcept {
@@ -109,7 +108,6 @@ class QuickCache {
       }
     }
     blocks_ = 0;
-    bytes_ = 0;
     any_parked_.store(false, std::memory_order_relaxed);
   }
 
@@ -128,7 +126,6 @@ class QuickCache {
   }
 
   Slot slots_[kSlots];
-  std::size_t bytes_ = 0;
   int blocks_ = 0;
   int parks_ = 0, hits_ = 0, pause_ = 0;
   std::atomic<bool> any_parked_{false};
