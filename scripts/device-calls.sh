@@ -337,5 +337,33 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     timeout 280 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12" >&2; exit 2 ;;
+  s13a)  # ~590 s cold (2026-12-07 second session, first call): build everything; torch's
+    # test_mempool_expandable in file order on cudakit's pool (issue 26's last test); issue 27's
+    # replay time of the default against torch's default (rows print as they finish).
+    STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    mempool_tests_in_file_order
+    timeout 250 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
+      --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
+    cat "$OUT/replay_time.md" ;;
+  s13b)  # ~480 s warm right after s13a: PyTorch's test_cuda.py natively and on cudakit beside the
+    # sync-debug pytest pass (s10d's phase); then on a quiet GPU the allocator against c10
+    # (issue 31's 8-thread row, the quick cache's host cost) and issue 29's hand-off.
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    TS=.device-carry/torch-suite
+    ( MODES=native NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+    ( MODES=plugin NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+    ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 235 python3 -m pytest -q -ra \
+        -p no:cacheprovider tests/python > "$OUT/syncdebug.log" 2>&1 ) &
+    wait
+    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml 2>/dev/null
+    tail -1 "$OUT/syncdebug.log"; grep -E "^(FAILED|ERROR)" "$OUT/syncdebug.log" | head -12
+    head -30 "$OUT/torch_suite.txt"
+    timeout 100 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
+    grep median "$OUT/alloc_vs_torch.log"
+    timeout 90 python3 bench/memory/bench_sleep.py --handoff --gib 4 --kv-gib 2 > "$OUT/sleep.log" 2>&1
+    grep -E "handoff|GBps" "$OUT/sleep.log" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b" >&2; exit 2 ;;
 esac
