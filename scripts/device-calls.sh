@@ -365,5 +365,30 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     grep median "$OUT/alloc_vs_torch.log"
     timeout 90 python3 bench/memory/bench_sleep.py --handoff --gib 4 --kv-gib 2 > "$OUT/sleep.log" 2>&1
     grep -E "handoff|GBps" "$OUT/sleep.log" ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b" >&2; exit 2 ;;
+  s13c)  # ~480 s warm after s13a: issue 31 on a quiet GPU, side by side with torch in one run:
+    # its tests first, then the elementwise/sum tiles against memcpy, normal_, bench_tensor,
+    # TunableOp (bf16 as the issue's table, then fp16 / fp32 / transposed on three shapes),
+    # history with Python stacks, the allocator against c10 with 8 threads.
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
+    ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
+    ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
+    ctest --test-dir build-gpu -R '^cpp\.test_(random_philox|tunable|tunable_cuda)$' --output-on-failure \
+      > "$OUT/ctest31.log" 2>&1; grep -E "tests passed|tests failed|Failed" "$OUT/ctest31.log"
+    wait; cat /tmp/ew.build /tmp/nc.build | grep -i error | head -5
+    timeout 60 /tmp/ew > "$OUT/elementwise.log" 2>&1; tail -25 "$OUT/elementwise.log"
+    timeout 60 /tmp/nc quick > "$OUT/normal.log" 2>&1; tail -8 "$OUT/normal.log"
+    timeout 70 python3 bench/tensor/bench_tensor.py > "$OUT/tensor.log" 2>&1; grep -vE "^\s*$" "$OUT/tensor.log" | tail -30
+    CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 120 python3 bench/tunable/bench_tunable.py > "$OUT/tunable.log" 2>&1
+    grep -E "^\|" "$OUT/tunable.log"
+    S3=16x4096x4096,1024x4096x4096,4096x4096x4096
+    for v in "--dtype float16" "--dtype float32" "--layout tn" "--layout nt"; do
+      timeout 45 python3 bench/tunable/bench_tunable.py --shapes $S3 --rounds 4 $v > /tmp/tv.log 2>&1
+      grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable.log"
+    done
+    timeout 60 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"
+    timeout 80 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
+    grep median "$OUT/alloc_vs_torch.log" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c" >&2; exit 2 ;;
 esac

@@ -3,7 +3,8 @@
 
 Usage (GPU machine):
   PYTHONPATH=<build>/python python3 bench/tunable/bench_tunable.py [--budget-ms 100]
-      [--shapes 16x4096x4096,1024x4096x4096] [--dtype bfloat16] [--json out.json]
+      [--shapes 16x4096x4096,1024x4096x4096] [--dtype bfloat16] [--layout nn|tn|nt|tt]
+      [--json out.json]
 
 For each product out[M, N] = a[M, K] @ b[K, N] (shapes are MxNxK; issue 11's set by default)
 both libraries start from an empty results file with the same budget (set_max_tuning_duration
@@ -56,7 +57,15 @@ def median(xs):
     return xs[h] if len(xs) % 2 else (xs[h - 1] + xs[h]) / 2
 
 
-def tune_library(name, lib, tunable, shape, dtype, budget_ms, results_dir):
+def operands(lib, rows, cols, transposed, dtype, count):
+    """`count` (rows x cols) operands; transposed ones are stored (cols x rows) and passed as
+    a transposed view, as a model's `x @ w.t()` does (the GEMM gets the other layout)."""
+    if transposed:
+        return [lib.randn(cols, rows, device="cuda").to(dtype).transpose(0, 1) for _ in range(count)]
+    return [lib.randn(rows, cols, device="cuda").to(dtype) for _ in range(count)]
+
+
+def tune_library(name, lib, tunable, shape, dtype, budget_ms, results_dir, layout="nn"):
     """Tunes one product with an empty results file; returns what the measurements need."""
     m, n, k = shape
     tunable.tuning_enable(True)
@@ -66,8 +75,8 @@ def tune_library(name, lib, tunable, shape, dtype, budget_ms, results_dir):
     tunable.set_filename(os.path.join(results_dir, f"{name}_{m}x{n}x{k}.csv"))
     bytes_per_set = (m * k + k * n + m * n) * 2
     sets = max(2, -(-3 * L2_BYTES // bytes_per_set))
-    a = [lib.randn(m, k, device="cuda").to(dtype) for _ in range(min(sets, 8))]
-    b = [lib.randn(k, n, device="cuda").to(dtype) for _ in range(sets)]
+    a = operands(lib, m, k, layout[0] == "t", dtype, min(sets, 8))
+    b = operands(lib, k, n, layout[1] == "t", dtype, sets)
     # Warm-up with TunableOp off: library handles and allocator pools exist before timing.
     tunable.enable(False)
     a[0] @ b[0]
@@ -108,6 +117,8 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-ms", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--layout", default="nn", choices=["nn", "tn", "nt", "tt"],
+                    help="t: that operand is a transposed view (stored the other way round)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -125,10 +136,10 @@ def main():
         for shape in shapes:
             row = {"shape": "x".join(map(str, shape))}
             states = {"cudakit": tune_library("cudakit", cudakit, cudakit.tunable, shape,
-                                              args.dtype, args.budget_ms, d)}
+                                              args.dtype, args.budget_ms, d, args.layout)}
             if have_torch:
                 states["torch"] = tune_library("torch", _TorchLib(torch), torch.cuda.tunable, shape,
-                                               getattr(torch, args.dtype), args.budget_ms, d)
+                                               getattr(torch, args.dtype), args.budget_ms, d, args.layout)
             order = list(states)
             for r in range(args.rounds):
                 for name in (order if r % 2 == 0 else order[::-1]):
@@ -171,7 +182,7 @@ def print_row(row, have_torch):
 
 
 def print_table(rows, have_torch, args):
-    print(f"TunableOp, {args.dtype}, budget {args.budget_ms} ms per candidate")
+    print(f"TunableOp, {args.dtype}, layout {args.layout}, budget {args.budget_ms} ms per candidate")
     if have_torch:
         print("| M x N x K | torch us (cold) | cudakit us (cold) | speedup | torch us (hot) | cudakit us (hot) | speedup | torch tune ms | cudakit tune ms | cudakit solution |")
         print("|---|---|---|---|---|---|---|---|---|---|")
