@@ -347,8 +347,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
   s13b)  # ~480 s warm right after s13a: PyTorch's test_cuda.py natively and on cudakit beside the
-    # sync-debug pytest pass (s10d's phase); then on a quiet GPU the allocator against c10
-    # (issue 31's 8-thread row, the quick cache's host cost) and issue 29's hand-off.
+    # sync-debug pytest pass (s10d's phase); then issue 29's hand-off on a quiet GPU.
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     TS=.device-carry/torch-suite
     ( MODES=native NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
@@ -360,9 +359,6 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml 2>/dev/null
     tail -1 "$OUT/syncdebug.log"; grep -E "^(FAILED|ERROR)" "$OUT/syncdebug.log" | head -12
     head -30 "$OUT/torch_suite.txt"
-    timeout 100 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
-      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
-    grep median "$OUT/alloc_vs_torch.log"
     timeout 90 python3 bench/memory/bench_sleep.py --handoff --gib 4 --kv-gib 2 > "$OUT/sleep.log" 2>&1
     grep -E "handoff|GBps" "$OUT/sleep.log" ;;
   s13c)  # ~480 s warm after s13a: issue 31 on a quiet GPU, side by side with torch in one run:
