@@ -383,6 +383,10 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable.log"
     done
     timeout 60 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"
+    # issue 28 item 4: API records through CUPTI callbacks instead of activity records
+    CUDAKIT_CUPTI_API=callbacks ctest --test-dir build-gpu -R '^cpp\.test_profiler_trace$' \
+      --output-on-failure > "$OUT/ctest_cb.log" 2>&1; grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest_cb.log" | head -8
+    timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1; grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"
     timeout 80 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
     grep median "$OUT/alloc_vs_torch.log" ;;

@@ -124,9 +124,11 @@ int main(int argc, char** argv) {
   struct Breakdown {
     const char* label;
     bool api, nvtx, memory, graphs, device;
+    const char* api_recording = "activity";  // CUDAKIT_CUPTI_API (cupti_api_calls.hpp)
     double ratio = 0;
   };
   std::vector<Breakdown> breakdown = {
+      {"every source, api records through CUPTI callbacks", true, true, true, true, true, "callbacks"},
       {"no api records (CUPTI DRIVER/RUNTIME off)", false, true, true, true, true},
       {"device records only", false, false, false, false, true},
       {"no device part (cudakit's own events)", false, true, true, true, false}};
@@ -141,7 +143,9 @@ int main(int argc, char** argv) {
       o.memory = b.memory;
       o.graphs = b.graphs;
       o.device = b.device;
+      setenv("CUDAKIT_CUPTI_API", b.api_recording, 1);
       profiler::Trace t(o);
+      unsetenv("CUDAKIT_CUPTI_API");
       tb.push_back(add_loop(x, one, kKernels));
       t.stop();
     }

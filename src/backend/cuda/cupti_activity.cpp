@@ -4,11 +4,9 @@
 // Session: subscribe through the one cudakit subscriber (cupti_subscriber.hpp; another tool
 // holding CUPTI -> a clear reason, nothing enabled), register the buffer callbacks, enable
 // CONCURRENT_KERNEL (keeps kernels concurrent, unlike KIND_KERNEL), MEMCPY, MEMSET,
-// SYNCHRONIZATION, the driver / runtime calls that launch, copy, set or wait (the DRIVER and
-// RUNTIME kinds, then every other callback id switched off with
-// cuptiActivityEnableDriverApi/RuntimeApi, so cudakit's many small driver queries are not
-// recorded), and MARKER (NVTX, when CUPTI is the NVTX tool). Stream and
-// context creation come from resource callbacks.
+// SYNCHRONIZATION, the API records of the calls that launch, copy, set or wait
+// (cupti_api_calls.hpp: activity records or callbacks), and MARKER (NVTX, when CUPTI is the
+// NVTX tool). Stream and context creation come from resource callbacks.
 //
 // Records arrive in buffers CUPTI fills and hands back (CUPTI's thread, or the flushing
 // thread); each is converted to one ActivityRecord and handed to the sink: kernel names are
@@ -53,6 +51,7 @@
 #include <cupti_runtime_cbid.h>
 #include <cupti_version.h>
 #define CUDAKIT_HAVE_CUPTI_ACTIVITY 1
+#include "backend/cuda/cupti_api_calls.hpp"
 #else
 #define CUDAKIT_HAVE_CUPTI_ACTIVITY 0
 #endif
@@ -89,47 +88,6 @@ static_assert(kMemPageable == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE &&
 namespace {
 
 constexpr std::size_t kBufferBytes = 8 << 20;
-
-// Driver / runtime calls recorded as API records: those that enqueue device work (the flow
-// starts), and the waits.
-const CUpti_CallbackId kDriverCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,       CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,          CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,   CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,          CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc,       CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,       CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,      CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
-};
-const CUpti_CallbackId kRuntimeCalls[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_ptsz_v7000,
-};
-
-bool listed(std::span<const CUpti_CallbackId> ids, CUpti_CallbackId id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
 
 // CUPTI functions beyond the graph-id ones, resolved from the library cupti.hpp loaded.
 struct Fns {
@@ -217,6 +175,10 @@ class Session {
  private:
   static void on_callback(void* user, std::uint32_t domain, std::uint32_t cbid,
                           const void* data) noexcept;
+  // CUDAKIT_CUPTI_API=callbacks: a recorded driver / runtime call's enter and exit.
+  void on_api_callback(std::uint32_t domain, std::uint32_t cbid, const CUpti_CallbackData* cb) noexcept;
+  // api_name() without the lock once a call was named (the launching thread's hot path).
+  const char* cached_api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) noexcept;
   void convert(const CUpti_Activity* a) noexcept;
   void deliver(ActivityRecord& r) noexcept {
     if (ActivitySink* s = sink_.load(std::memory_order_acquire)) s->record(r);
@@ -248,6 +210,10 @@ class Session {
   std::int64_t offset_ns_ = 0;
   bool subscribed_ = false;
   ActivityConfig cfg_;
+  ApiRecording api_recording_ = ApiRecording::activity;
+  std::atomic<bool> api_callbacks_on_{false};  // the API callbacks are enabled (until stop)
+  static constexpr CUpti_CallbackId kNamedIds = 1024;  // above both domains' id counts
+  std::atomic<const char*> api_name_cache_[2][kNamedIds] = {};
   std::vector<CUpti_ActivityKind> enabled_;
 
   std::mutex mu_;  // the maps below (buffer processing, callbacks)
@@ -467,10 +433,53 @@ void Session::convert(const CUpti_Activity* a) noexcept {
   }
 }
 
+const char* Session::cached_api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) noexcept {
+  const int d = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 1 : 0;
+  std::atomic<const char*>* slot = cbid < kNamedIds ? &api_name_cache_[d][cbid] : nullptr;
+  if (slot) {
+    if (const char* name = slot->load(std::memory_order_acquire)) return name;
+  }
+  try {
+    std::lock_guard lock(mu_);
+    const char* name = api_name(domain, cbid);
+    if (slot) slot->store(name, std::memory_order_release);
+    return name;
+  } catch (...) {  // allocation failure: an unnamed call
+    return domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "cuda runtime call" : "cuda driver call";
+  }
+}
+
+void Session::on_api_callback(std::uint32_t domain, std::uint32_t cbid,
+                              const CUpti_CallbackData* cb) noexcept {
+  if (!api_callbacks_on_.load(std::memory_order_acquire)) return;  // racing stop()
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    *cb->correlationData = static_cast<std::uint64_t>(trace_clock_ns());
+    return;
+  }
+  ActivityRecord r;
+  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  r.kind = runtime ? ActivityKind::runtime_api : ActivityKind::driver_api;
+  r.start_ns = static_cast<std::int64_t>(*cb->correlationData);
+  r.end_ns = trace_clock_ns();
+  // Entered before the callbacks were on: the correlation data holds no start time.
+  if (r.start_ns <= 0 || r.start_ns > r.end_ns) return;
+  r.name = cached_api_name(static_cast<CUpti_CallbackDomain>(domain), cbid);
+  r.correlation = cb->correlationId;
+  r.stream = this_thread_id();
+  static const auto pid = static_cast<std::uint32_t>(::getpid());
+  r.u.api = ActivityRecord::Api{cbid, pid};
+  deliver(r);
+}
+
 void Session::on_callback(void* user, std::uint32_t domain, std::uint32_t cbid,
                           const void* data) noexcept {
   auto* s = static_cast<Session*>(user);
-  if (domain != CUPTI_CB_DOMAIN_RESOURCE || data == nullptr) return;
+  if (data == nullptr) return;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API || domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    s->on_api_callback(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
   const auto* rd = static_cast<const CUpti_ResourceData*>(data);
   const Fns& f = fns();
   std::uint32_t device = 0, context = 0;
@@ -523,9 +532,16 @@ void Session::enable_kinds(const ActivityConfig& cfg, bool on, std::string* erro
                result_text(rc);
     }
   };
+  auto api_callbacks = [&](bool enable) {
+    auto& sub = CuptiSubscriber::instance();
+    for (CUpti_CallbackId id : kDriverCalls) sub.enable(CUPTI_CB_DOMAIN_DRIVER_API, id, enable);
+    for (CUpti_CallbackId id : kRuntimeCalls) sub.enable(CUPTI_CB_DOMAIN_RUNTIME_API, id, enable);
+    api_callbacks_on_.store(enable, std::memory_order_release);
+  };
   if (!on) {
     for (CUpti_ActivityKind k : enabled_) f.disable(k);
     enabled_.clear();
+    if (api_callbacks_on_.load(std::memory_order_relaxed)) api_callbacks(false);
   } else {
     if (cfg.device) {
       kind(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
@@ -536,12 +552,14 @@ void Session::enable_kinds(const ActivityConfig& cfg, bool on, std::string* erro
     }
     if (cfg.nvtx) kind(CUPTI_ACTIVITY_KIND_MARKER);
   }
-  if (cfg.api && on) {
+  if (cfg.api && on && api_recording_ == ApiRecording::callbacks) {
+    api_callbacks(true);
+  } else if (cfg.api && on) {
     // Kineto's order: enable the whole kind, then switch off every other callback id.
-    // Enabling single ids without the kind (which cupti_activity.h documents) delivered no
-    // API record on the H200 (CUPTI 13.0, driver 580), 2026-12-01: no
-    // launch -> kernel flows, no cuGraphLaunch, no GPU spans of NVTX ranges. convert() filters
-    // too, so a CUPTI without the per-id switches costs records, not correctness.
+    // Enabling single ids without the kind (as cupti_activity.h documents) delivered no API
+    // record on the H200 (CUPTI 13.0, driver 580), 2026-12-01: no launch -> kernel flows, no
+    // cuGraphLaunch, no GPU spans of NVTX ranges. convert() filters too, so a CUPTI without
+    // the per-id switches costs records, not correctness.
     auto keep_only = [&](CUpti_ActivityKind k, auto* per_id, CUpti_CallbackId size,
                          std::span<const CUpti_CallbackId> wanted) {
       kind(k);
@@ -612,6 +630,7 @@ ActivityStatus Session::start(ActivitySink* sink, const ActivityConfig& cfg) {
   cfg_ = cfg;
   sink_.store(sink, std::memory_order_release);
   std::string error;
+  api_recording_ = api_recording_from_env(&error);
   enable_kinds(cfg, true, &error);
   if (cfg.device && (enabled_.empty() || enabled_.front() != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) {
     stop();
