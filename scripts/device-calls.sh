@@ -343,7 +343,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     mempool_tests_in_file_order
-    timeout 250 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
+    timeout 210 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
   s13b)  # ~480 s warm right after s13a: PyTorch's test_cuda.py natively and on cudakit beside the
