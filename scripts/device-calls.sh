@@ -338,12 +338,19 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
   s13a)  # ~590 s cold (2026-12-07 second session, first call): build everything; torch's
-    # test_mempool_expandable in file order on cudakit's pool (issue 26's last test); issue 27's
-    # replay time of the default against torch's default (rows print as they finish).
+    # test_mempool_expandable in file order on cudakit's pool (issue 26's last test); the trace
+    # tests and tracer bench with API records through CUPTI callbacks (issue 28 item 4); issue
+    # 27's replay time of the default against torch's default (rows print as they finish, until
+    # the call's time is up).
+    t0=$(date +%s)
     STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     mempool_tests_in_file_order
-    timeout 210 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
+    # issue 28 item 4: API records through CUPTI callbacks instead of activity records
+    CUDAKIT_CUPTI_API=callbacks ctest --test-dir build-gpu -R '^cpp\.test_profiler_trace$' \
+      --output-on-failure > "$OUT/ctest_cb.log" 2>&1; grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest_cb.log" | head -8
+    timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1; grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"
+    timeout $(( 585 - ($(date +%s) - t0) )) python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
   s13b)  # ~480 s warm right after s13a: PyTorch's test_cuda.py natively and on cudakit beside the
@@ -365,6 +372,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # its tests first, then the elementwise/sum tiles against memcpy, normal_, bench_tensor,
     # TunableOp (bf16 as the issue's table, then fp16 / fp32 / transposed on three shapes),
     # history with Python stacks, the allocator against c10 with 8 threads.
+    t0=$(date +%s)
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
     ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
@@ -377,18 +385,15 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     timeout 70 python3 bench/tensor/bench_tensor.py > "$OUT/tensor.log" 2>&1; grep -vE "^\s*$" "$OUT/tensor.log" | tail -30
     CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 120 python3 bench/tunable/bench_tunable.py > "$OUT/tunable.log" 2>&1
     grep -E "^\|" "$OUT/tunable.log"
-    S3=16x4096x4096,1024x4096x4096,4096x4096x4096
-    for v in "--dtype float16" "--dtype float32" "--layout tn" "--layout nt"; do
-      timeout 45 python3 bench/tunable/bench_tunable.py --shapes $S3 --rounds 4 $v > /tmp/tv.log 2>&1
-      grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable.log"
-    done
-    timeout 60 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"
-    # issue 28 item 4: API records through CUPTI callbacks instead of activity records
-    CUDAKIT_CUPTI_API=callbacks ctest --test-dir build-gpu -R '^cpp\.test_profiler_trace$' \
-      --output-on-failure > "$OUT/ctest_cb.log" 2>&1; grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest_cb.log" | head -8
-    timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1; grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"
     timeout 80 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
-    grep median "$OUT/alloc_vs_torch.log" ;;
+    grep median "$OUT/alloc_vs_torch.log"
+    timeout 60 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"
+    S3=16x4096x4096,1024x4096x4096,4096x4096x4096
+    for v in "--dtype float16" "--layout tn" "--dtype float32" "--layout nt"; do
+      [ $(( $(date +%s) - t0 )) -gt 540 ] && break
+      timeout 45 python3 bench/tunable/bench_tunable.py --shapes $S3 --rounds 4 $v > /tmp/tv.log 2>&1
+      grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable.log"
+    done ;;
   *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c" >&2; exit 2 ;;
 esac
