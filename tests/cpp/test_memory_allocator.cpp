@@ -355,6 +355,34 @@ TEST(MemoryAllocator, ExpandableSegmentsMovePagesWithinBudget) {
   EXPECT_EQ(calls.create.load(), calls.destroy.load()) << "every physical chunk released";
 }
 
+// A run mapped just below a free mapped block (an unmapped chunk with a free hole above it,
+// as page moves and empty_cache leave them) is split by the allocation that mapped it: its
+// free tail must join the hole above. Before the fix the two stayed apart (server_bert_threads'
+// replay kept such pairs for thousands of events), and a request fitting only both together
+// mapped new pages instead.
+TEST(MemoryAllocator, ExpandableSplitTailJoinsTheFreeBlockAbove) {
+  DeviceAllocator a = make("expandable_segments:True");
+  auto* lo = a.malloc(kChunk, nullptr);
+  auto* mid = a.malloc(2 * kChunk - kMiB, nullptr);  // [kChunk, 3 kChunk - 1 MiB)
+  auto* hi = a.malloc(kChunk, nullptr);
+  ASSERT_EQ(mid->ptr, lo->ptr + kChunk);
+  a.free(reinterpret_cast<void*>(mid->ptr));
+  a.empty_cache();  // unmaps the whole chunk [kChunk, 2 kChunk); the rest stays a free hole
+  const std::size_t hole = kChunk - kMiB;
+  const std::size_t want = kChunk - kMiB / 2;  // fits neither the hole nor the rest alone
+  auto* x = a.malloc(want, nullptr);
+  ASSERT_EQ(x->ptr, lo->ptr + kChunk) << "mapped the unmapped chunk below the hole";
+  const auto maps = a.vm_calls().map.load();
+  // The chunk's free tail (kMiB / 2) and the hole above it together hold `want` exactly.
+  ASSERT_EQ(kChunk - want + hole, want);
+  auto* y = a.malloc(want, nullptr);
+  EXPECT_EQ(y->ptr, x->ptr + want) << "served by the tail and the hole together";
+  EXPECT_EQ(a.vm_calls().map.load(), maps) << "no new pages for it";
+  for (auto* b : {lo, hi, x, y}) a.free(reinterpret_cast<void*>(b->ptr));
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[0].current, 0);
+}
+
 // A live set growing in small steps maps ahead (within the budget), so most allocations need
 // no map call.
 TEST(MemoryAllocator, ExpandableSegmentsMapAhead) {
