@@ -43,8 +43,8 @@
 // transformers / timm / torchvision workloads recorded with bench/memory/record_torch_trace.py,
 // replayed on the emulated backend; docs/performance.md "Issue 27"): peak reserved / peak
 // allocated 1.006-1.047 on 14 of them, server_bert_threads 1.169 (torch-compatible mode
-// 1.017-3.2; holdout: 6 of 8 at 1.014-1.036, llama_ckpt_train 1.050, server_gpt2_streams
-// 1.149; 2026-12-07, with the quick cache parking small blocks only), against more device
+// 1.017-3.2; holdout: 7 of 8 at 1.014-1.042, server_gpt2_streams 1.149-1.152; 2026-12-07,
+// with the quick cache parking small blocks only and the split-tail merge), against more device
 // memory calls (create + map + access per chunk, unmap + release when pages move). What was
 // rejected and why is in expandable_segment.hpp. expandable_segments:True, given, means what
 // torch's key means: the small pool's segments are expandable too (torch's
