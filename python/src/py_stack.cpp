@@ -8,13 +8,15 @@
 #include <cstdint>
 #include <unordered_set>
 
-// 3.11: the interpreter's own frame records are walked directly. The public walk
+// 3.11 and 3.12: the interpreter's own frame records are walked directly. The public walk
 // (PyEval_GetFrame / PyFrame_GetBack) creates a frame object for every frame that has none
 // yet, and a frame called just for the allocation (cudakit.memory.caching_allocator_alloc,
 // a tensor factory) never has one: ~300 instructions to make and destroy it per captured
-// stack, most of the cost of Python stacks in history. Other versions use the public walk
-// (their record layouts differ).
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+// stack, most of the cost of Python stacks in history. 3.12 keeps 3.11's record layout and
+// the same skip rule (PyFrame_GetBack skips incomplete records, the C-stack shim frames
+// among them); the GPU machine runs 3.12, where the public walk measured 1.83-2.69x history
+// off (issue 31). 3.13 renames the fields (f_executable, no cframe): public walk there.
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
 #define CUDAKIT_PY_WALK_RECORDS 1
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
