@@ -16,7 +16,10 @@
 // the same skip rule (PyFrame_GetBack skips incomplete records, the C-stack shim frames
 // among them); the GPU machine runs 3.12, where the public walk measured 1.83-2.69x history
 // off (issue 31). 3.13 renames the fields (f_executable, no cframe): public walk there.
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+// (Only where the interpreter's internal headers are installed; a -dev package without
+// them gets the public walk.)
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && \
+    __has_include(<internal/pycore_frame.h>)
 #define CUDAKIT_PY_WALK_RECORDS 1
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
