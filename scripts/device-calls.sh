@@ -337,19 +337,28 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     timeout 280 python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
-  s13a)  # ~590 s cold (2026-12-07 second session, first call): build everything; torch's
+  s13a)  # ~590 s cold (2026-12-07 evening, first call): build everything, and meanwhile
+    # issue 31's elementwise / sum / normal_ checks; then those on a quiet GPU; torch's
     # test_mempool_expandable in file order on cudakit's pool (issue 26's last test); the trace
-    # tests and tracer bench with API records through CUPTI callbacks (issue 28 item 4); issue
-    # 27's replay time of the default against torch's default (rows print as they finish, until
-    # the call's time is up).
+    # tests and tracer bench with API records through CUPTI callbacks (issue 28 item 4);
+    # history with Python stacks (issue 31, the 3.12 record walk); issue 27's replay time of
+    # the default against torch's default (rows print as they finish, until time is up).
     t0=$(date +%s)
+    NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
+    ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
+    ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
     STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    wait; echo "build done at $(( $(date +%s) - t0 )) s"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    # issue 31's kernels on a quiet GPU first (they were never timed on a GPU)
+    timeout 60 /tmp/ew > "$OUT/elementwise.log" 2>&1; tail -22 "$OUT/elementwise.log"
+    timeout 60 /tmp/nc quick > "$OUT/normal.log" 2>&1; tail -6 "$OUT/normal.log"
     mempool_tests_in_file_order
     # issue 28 item 4: API records through CUPTI callbacks instead of activity records
     CUDAKIT_CUPTI_API=callbacks ctest --test-dir build-gpu -R '^cpp\.test_profiler_trace$' \
       --output-on-failure > "$OUT/ctest_cb.log" 2>&1; grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest_cb.log" | head -8
     timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1; grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"
+    timeout 60 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"
     timeout $(( 585 - ($(date +%s) - t0) )) python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
@@ -369,26 +378,18 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     timeout 90 python3 bench/memory/bench_sleep.py --handoff --gib 4 --kv-gib 2 > "$OUT/sleep.log" 2>&1
     grep -E "handoff|GBps" "$OUT/sleep.log" ;;
   s13c)  # ~480 s warm after s13a: issue 31 on a quiet GPU, side by side with torch in one run:
-    # its tests first, then the elementwise/sum tiles against memcpy, normal_, bench_tensor,
-    # TunableOp (bf16 as the issue's table, then fp16 / fp32 / transposed on three shapes),
-    # history with Python stacks, the allocator against c10 with 8 threads.
+    # its tests first, then bench_tensor, TunableOp (bf16 as the issue's table), the
+    # allocator against c10 with 8 threads, then fp16 / transposed / fp32 on three shapes.
     t0=$(date +%s)
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
-    ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
-    ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
     ctest --test-dir build-gpu -R '^cpp\.test_(random_philox|tunable|tunable_cuda)$' --output-on-failure \
       > "$OUT/ctest31.log" 2>&1; grep -E "tests passed|tests failed|Failed" "$OUT/ctest31.log"
-    wait; cat /tmp/ew.build /tmp/nc.build | grep -i error | head -5
-    timeout 60 /tmp/ew > "$OUT/elementwise.log" 2>&1; tail -25 "$OUT/elementwise.log"
-    timeout 60 /tmp/nc quick > "$OUT/normal.log" 2>&1; tail -8 "$OUT/normal.log"
     timeout 70 python3 bench/tensor/bench_tensor.py > "$OUT/tensor.log" 2>&1; grep -vE "^\s*$" "$OUT/tensor.log" | tail -30
     CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 120 python3 bench/tunable/bench_tunable.py > "$OUT/tunable.log" 2>&1
     grep -E "^\|" "$OUT/tunable.log"
     timeout 80 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed|Pair' \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc_vs_torch.log" 2>&1
     grep median "$OUT/alloc_vs_torch.log"
-    timeout 60 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"
     S3=16x4096x4096,1024x4096x4096,4096x4096x4096
     for v in "--dtype float16" "--layout tn" "--dtype float32" "--layout nt"; do
       [ $(( $(date +%s) - t0 )) -gt 540 ] && break
