@@ -709,6 +709,49 @@ TEST(ProfilerTraceOccupancy, MatchesTheOccupancyRules) {
 #include <cupti_callbacks.h>
 
 #include "backend/cuda/cupti.hpp"
+#include "backend/cuda/cupti_api_calls.hpp"
+
+// CUDAKIT_CUPTI_API picks how API records are taken; a typo is reported, not ignored.
+TEST(ProfilerTraceCupti, ApiRecordingSettingIsParsedAndATypoReported) {
+  std::string error;
+  unsetenv("CUDAKIT_CUPTI_API");
+  EXPECT_EQ(detail::cuda::api_recording_from_env(&error), detail::cuda::ApiRecording::activity);
+  setenv("CUDAKIT_CUPTI_API", "callbacks", 1);
+  EXPECT_EQ(detail::cuda::api_recording_from_env(&error), detail::cuda::ApiRecording::callbacks);
+  EXPECT_TRUE(error.empty());
+  setenv("CUDAKIT_CUPTI_API", "callback", 1);
+  EXPECT_EQ(detail::cuda::api_recording_from_env(&error), detail::cuda::ApiRecording::activity);
+  EXPECT_NE(error.find("activity (the default) or callbacks"), std::string::npos) << error;
+  unsetenv("CUDAKIT_CUPTI_API");
+}
+
+// API records through CUPTI's callbacks: every kernel still has its launch, named and on the
+// launching thread, before it ran. GPU only (scripts/gpu-check.sh).
+TEST(ProfilerTraceGpu, ApiRecordsThroughCallbacksLinkEveryKernelToItsLaunch) {
+  if (std::strcmp(detail::backend().name(), "cuda") != 0 || !have_device()) {
+    GTEST_SKIP() << "needs the cuda backend and a GPU";
+  }
+  Tensor x = zeros({1024}, device_options());
+  synchronize();
+  setenv("CUDAKIT_CUPTI_API", "callbacks", 1);
+  Trace t;
+  unsetenv("CUDAKIT_CUPTI_API");
+  for (int i = 0; i < 50; ++i) x = x + 1.0;
+  t.stop();
+  REQUIRE_DEVICE_RECORDS(t);
+  const auto ev = t.events();
+  std::map<std::uint64_t, const TraceEvent*> launch;
+  for (const TraceEvent* l : with(ev, "cuda_driver")) launch[arg_as<std::uint64_t>(*l, "correlation")] = l;
+  const auto kernels = with(ev, "kernel");
+  ASSERT_GE(kernels.size(), 50u);
+  for (const TraceEvent* k : kernels) {
+    auto it = launch.find(arg_as<std::uint64_t>(*k, "correlation"));
+    ASSERT_NE(it, launch.end()) << "kernel " << k->name << " without its launch";
+    EXPECT_EQ(it->second->name.rfind("cuLaunchKernel", 0), 0u) << it->second->name;
+    EXPECT_LE(it->second->ts_ns, k->ts_ns);
+    EXPECT_GE(it->second->dur_ns, 0);
+  }
+}
 
 // Another tool holding CUPTI's one subscription (what Nsight Systems or torch.profiler do):
 // the trace degrades to cudakit's own events with a message saying why, and the next trace
