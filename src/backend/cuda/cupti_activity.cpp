@@ -211,7 +211,8 @@ class Session {
   bool subscribed_ = false;
   ActivityConfig cfg_;
   ApiRecording api_recording_ = ApiRecording::activity;
-  std::atomic<bool> api_callbacks_on_{false};  // the API callbacks are enabled (until stop)
+  std::atomic<bool> api_callbacks_on_{false};  // API callbacks on, since (set before enabling):
+  std::int64_t api_callbacks_since_ns_ = 0;
   static constexpr CUpti_CallbackId kNamedIds = 1024;  // above both domains' id counts
   std::atomic<const char*> api_name_cache_[2][kNamedIds] = {};
   std::vector<CUpti_ActivityKind> enabled_;
@@ -457,12 +458,11 @@ void Session::on_api_callback(std::uint32_t domain, std::uint32_t cbid,
     return;
   }
   ActivityRecord r;
-  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-  r.kind = runtime ? ActivityKind::runtime_api : ActivityKind::driver_api;
+  r.kind = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? ActivityKind::runtime_api : ActivityKind::driver_api;
   r.start_ns = static_cast<std::int64_t>(*cb->correlationData);
   r.end_ns = trace_clock_ns();
-  // Entered before the callbacks were on: the correlation data holds no start time.
-  if (r.start_ns <= 0 || r.start_ns > r.end_ns) return;
+  // Entered before the callbacks were on: the correlation data holds no start of ours.
+  if (r.start_ns < api_callbacks_since_ns_ || r.start_ns > r.end_ns) return;
   r.name = cached_api_name(static_cast<CUpti_CallbackDomain>(domain), cbid);
   r.correlation = cb->correlationId;
   r.stream = this_thread_id();
@@ -475,10 +475,8 @@ void Session::on_callback(void* user, std::uint32_t domain, std::uint32_t cbid,
                           const void* data) noexcept {
   auto* s = static_cast<Session*>(user);
   if (data == nullptr) return;
-  if (domain == CUPTI_CB_DOMAIN_DRIVER_API || domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    s->on_api_callback(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
-    return;
-  }
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API || domain == CUPTI_CB_DOMAIN_RUNTIME_API)
+    return s->on_api_callback(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
   if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
   const auto* rd = static_cast<const CUpti_ResourceData*>(data);
   const Fns& f = fns();
@@ -532,11 +530,12 @@ void Session::enable_kinds(const ActivityConfig& cfg, bool on, std::string* erro
                result_text(rc);
     }
   };
-  auto api_callbacks = [&](bool enable) {
+  auto api_callbacks = [&](bool enable) {  // the flag first: no enter callback before it
+    if (enable) api_callbacks_since_ns_ = trace_clock_ns();
+    api_callbacks_on_.store(enable, std::memory_order_release);
     auto& sub = CuptiSubscriber::instance();
     for (CUpti_CallbackId id : kDriverCalls) sub.enable(CUPTI_CB_DOMAIN_DRIVER_API, id, enable);
     for (CUpti_CallbackId id : kRuntimeCalls) sub.enable(CUPTI_CB_DOMAIN_RUNTIME_API, id, enable);
-    api_callbacks_on_.store(enable, std::memory_order_release);
   };
   if (!on) {
     for (CUpti_ActivityKind k : enabled_) f.disable(k);
