@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   for (auto& e : ev) if (e.a && e.s && !streams.count(e.s)) streams.emplace(e.s, Stream(0));
   std::unordered_map<std::uint64_t, void*> live;
   const bool at_alloc = std::getenv("DIAG_AT_ALLOC_PEAK") != nullptr;
+  // DIAG_AT_EVENT=N: the layout just before event N (1-based, as REPLAY_VERBOSE numbers them).
+  const long at_event = std::getenv("DIAG_AT_EVENT") ? std::atol(std::getenv("DIAG_AT_EVENT")) : 0;
   std::int64_t last_peak = 0; std::vector<memory::SegmentInfo> snap; std::size_t at = 0;
   std::int64_t live_at = 0;
   struct { std::int64_t small_res = 0, large_res = 0, small_live = 0; } at_alloc_peak;
@@ -55,6 +57,10 @@ int main(int argc, char** argv) {
       at_alloc_peak = {s.reserved_bytes[1].current, s.reserved_bytes[2].current, s.allocated_bytes[1].current};
       // DIAG_AT_ALLOC_PEAK=1: the layout at the allocated peak instead of the reserved one.
       if (at_alloc) snap = a.snapshot(), at = i, live_at = s.allocated_bytes[0].current;
+    }
+    if (at_event > 0) {
+      if (static_cast<long>(i) + 2 == at_event) snap = a.snapshot(), at = i + 1, live_at = s.allocated_bytes[0].current;
+      continue;
     }
     if (s.reserved_bytes[0].peak > last_peak + (1 << 20)) {
       last_peak = s.reserved_bytes[0].peak;
