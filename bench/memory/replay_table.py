@@ -124,6 +124,12 @@ def main(argv):
         sel = [t for t in traces if half_of(t) == h]
         if not sel:
             continue
+        # Two directories may hold traces of the same workload (the repository's older
+        # recordings beside issue 27's): their rows name the directory, so neither reads as
+        # a repeat of the other.
+        names = [name_of(t) for t in sel]
+        label = {t: (f"{name_of(t)} [{os.path.basename(os.path.dirname(t))}]"
+                     if names.count(name_of(t)) > 1 else name_of(t)) for t in sel}
         cols = ["trace", "torch"] + [f"{c or '(defaults)'}: ratio / calls / ops" for c in confs]
         if timed:
             cols += ["ms cudakit / torch"]
@@ -140,7 +146,7 @@ def main(argv):
             hdr = header_of(t)
             torch_ratio = "-" if hdr.get("synthetic") or not int(hdr.get("peak_reserved", 0)) else \
                 f"{int(hdr['peak_reserved']) / int(hdr['peak_allocated']):.3f}"
-            cells = [name_of(t), torch_ratio]
+            cells = [label[t], torch_ratio]
             for c in confs:
                 r = rows[run_confs.index(c)]
                 ratio = r["reserved"] / max(1, r["alloc"])
