@@ -39,6 +39,17 @@ or test_mempool_expandable" MODES=plugin NPROC=0 SERIAL_MIN=10 RUN_BUDGET=75 \
   grep -hE "passed|failed" /tmp/tse/plugin*.log 2>/dev/null | tail -2
   grep -hE "^FAILED|^E  " /tmp/tse/plugin*.log 2>/dev/null | head -6 | cut -c1-250
 }
+# PyTorch's test_cuda.py natively and on cudakit (both at once) beside the sync-debug pytest
+# pass, then the comparison (s10d's phase; the torch-suite's parallel phase gets ~140 s).
+torch_suite_and_sync_debug() {
+  local TS=.device-carry/torch-suite
+  ( MODES=native NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
+  ( MODES=plugin NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
+  ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 235 python3 -m pytest -q -ra \
+      -p no:cacheprovider tests/python > "$OUT/syncdebug.log" 2>&1 ) &
+  wait
+  python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+}
 case "${1:-}" in
   tests)
     STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
@@ -277,13 +288,7 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     # compiled; it now has ~140 s.)
     STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    TS=.device-carry/torch-suite
-    ( MODES=native NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
-    ( MODES=plugin NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
-    ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 235 python3 -m pytest -q -ra \
-        -p no:cacheprovider tests/python > "$OUT/syncdebug.log" 2>&1 ) &
-    wait
-    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    torch_suite_and_sync_debug
     tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml \
         tsp/plugin.parallel.jsonl tsp/plugin.serial.jsonl 2>/dev/null
     tail -1 "$OUT/syncdebug.log"; grep -E "^(FAILED|ERROR)" "$OUT/syncdebug.log" | head -12
@@ -365,13 +370,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
   s13b)  # ~480 s warm right after s13a: PyTorch's test_cuda.py natively and on cudakit beside the
     # sync-debug pytest pass (s10d's phase); then issue 29's hand-off on a quiet GPU.
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    TS=.device-carry/torch-suite
-    ( MODES=native NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsn > /tmp/tsn.log 2>&1 ) &
-    ( MODES=plugin NPROC=4 SERIAL_MIN=105 RUN_BUDGET=260 bash $TS/run.sh /tmp/tsp > /tmp/tsp.log 2>&1 ) &
-    ( CUDAKIT_TEST_SYNC_DEBUG=error CUDAKIT_STRESS_SECONDS=5 timeout 235 python3 -m pytest -q -ra \
-        -p no:cacheprovider tests/python > "$OUT/syncdebug.log" 2>&1 ) &
-    wait
-    python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
+    torch_suite_and_sync_debug
     tar czf "$OUT/torch_suite.tgz" -C /tmp tsn/run.log tsp/run.log tsn/native.xml tsp/plugin.xml 2>/dev/null
     tail -1 "$OUT/syncdebug.log"; grep -E "^(FAILED|ERROR)" "$OUT/syncdebug.log" | head -12
     head -30 "$OUT/torch_suite.txt"
