@@ -397,5 +397,25 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       timeout 45 python3 bench/tunable/bench_tunable.py --shapes $S3 --rounds 4 $v > /tmp/tv.log 2>&1
       grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable.log"
     done ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c" >&2; exit 2 ;;
+  s13s)  # ~380 s cold, s13a's first half when less device time is left: only the targets it
+    # needs; issue 31's kernel checks, torch's MemPool tests in file order (issue 26), the trace
+    # tests and bench_profiler with API records through callbacks (issue 28), history stacks.
+    t0=$(date +%s); D=${S13S_SECONDS:-380}
+    fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
+    NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
+    ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
+    ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
+    STEPS="build" BUILD_TARGETS="cudakit_python test_profiler_trace bench_profiler" \
+      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    wait; echo "build done at $(( $(date +%s) - t0 )) s"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    timeout 40 /tmp/ew > "$OUT/elementwise.log" 2>&1; tail -22 "$OUT/elementwise.log"
+    timeout 40 /tmp/nc quick > "$OUT/normal.log" 2>&1; tail -6 "$OUT/normal.log"
+    fits 80 && mempool_tests_in_file_order
+    fits 40 && { CUDAKIT_CUPTI_API=callbacks timeout 40 build-gpu/tests/test_profiler_trace > "$OUT/ctest_cb.log" 2>&1
+      grep -E "PASSED|FAILED|Failure" "$OUT/ctest_cb.log" | head -8; }
+    fits 70 && { timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1
+      grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"; }
+    fits 45 && { timeout 45 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"; } ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s" >&2; exit 2 ;;
 esac
