@@ -303,7 +303,7 @@ or test_tensor_delete_after_allocator_delete or test_mempool_with_allocator" MOD
     # a quiet GPU, issue 29's benchmarks and, if the call has time left, the transformers
     # compile check (issue 26).
     t0=$(date +%s)
-    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
     tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     TS=.device-carry/torch-suite
@@ -325,7 +325,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
   s11e)  # ~230 s cold (2026-12-07, the last of the session's device time): build the Python
     # module; torch's test_mempool_expandable on cudakit's pool after the two MemPool tests
     # that precede it in the file (one process, file order: the order that counted 4 segments).
-    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
     tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     mempool_tests_in_file_order ;;
@@ -333,7 +333,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # torch's test_mempool_expandable in file order on cudakit's pool (issue 26's last test),
     # then on a quiet GPU issue 29's hand-off with later imports of the same handle, and issue
     # 27's replay time of the default against torch's default on both halves of the traces.
-    STEPS="build" BUILD_TARGETS="cudakit_python memory_replay" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc memory_replay" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
     tail -1 "$OUT/suite/summary.md"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     mempool_tests_in_file_order
@@ -405,7 +405,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
     ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
     ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
-    STEPS="build" BUILD_TARGETS="cudakit_python test_profiler_trace bench_profiler" \
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_profiler_trace bench_profiler" \
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     wait; echo "build done at $(( $(date +%s) - t0 )) s"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
