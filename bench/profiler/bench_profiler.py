@@ -44,7 +44,10 @@ def _count_events(path):
 
 
 # (label, trace options): the per-source breakdown of the tracing overhead.
+# An "env" entry sets CUDAKIT_CUPTI_API while the trace starts (where API records come from).
 BREAKDOWN = [("traced: device + api + nvtx + memory + graphs", {}),
+             ("traced: every source, api records through CUPTI callbacks",
+              {"env": "callbacks"}),
              ("traced: no api records (CUPTI DRIVER/RUNTIME off)", {"api": False}),
              ("traced: device records only", {"api": False, "nvtx": False, "memory": False,
                                               "graphs": False}),
@@ -54,11 +57,16 @@ BREAKDOWN = [("traced: device + api + nvtx + memory + graphs", {}),
 def bench_cudakit_breakdown(ck, x, one):
     rows = []
     for label, opts in BREAKDOWN:
+        opts = dict(opts)
+        api_from = opts.pop("env", None)
         plain, traced = [], []
         for _ in range(RUNS):
             plain.append(_loop(x, one, ck.synchronize))
             t = ck.profiler.trace(synchronize=False, **opts)
+            if api_from:
+                os.environ["CUDAKIT_CUPTI_API"] = api_from
             t.start()
+            os.environ.pop("CUDAKIT_CUPTI_API", None)
             traced.append(_loop(x, one, ck.synchronize))
             t.stop()
         rows.append((label, statistics.median(traced) / statistics.median(plain)))
