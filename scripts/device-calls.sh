@@ -398,7 +398,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable.log"
     done ;;
   s13s)  # ~380 s cold, s13a's first half when less device time is left: only the targets it
-    # needs; issue 31's kernel checks, torch's MemPool tests in file order (issue 26), the trace
+    # needs; torch's MemPool tests in file order (issue 26), issue 31's kernel checks, the trace
     # tests and bench_profiler with API records through callbacks (issue 28), history stacks.
     t0=$(date +%s); D=${S13S_SECONDS:-380}
     fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
@@ -409,9 +409,9 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     wait; echo "build done at $(( $(date +%s) - t0 )) s"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    timeout 40 /tmp/ew > "$OUT/elementwise.log" 2>&1; tail -22 "$OUT/elementwise.log"
-    timeout 40 /tmp/nc quick > "$OUT/normal.log" 2>&1; tail -6 "$OUT/normal.log"
     fits 80 && mempool_tests_in_file_order
+    fits 40 && { timeout 40 /tmp/ew > "$OUT/elementwise.log" 2>&1; tail -22 "$OUT/elementwise.log"; }
+    fits 40 && { timeout 40 /tmp/nc quick > "$OUT/normal.log" 2>&1; tail -6 "$OUT/normal.log"; }
     fits 40 && { CUDAKIT_CUPTI_API=callbacks timeout 40 build-gpu/tests/test_profiler_trace > "$OUT/ctest_cb.log" 2>&1
       grep -E "PASSED|FAILED|Failure" "$OUT/ctest_cb.log" | head -8; }
     fits 70 && { timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1
