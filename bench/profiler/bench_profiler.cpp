@@ -131,7 +131,10 @@ int main(int argc, char** argv) {
       {"every source, api records through CUPTI callbacks", true, true, true, true, true, "callbacks"},
       {"no api records (CUPTI DRIVER/RUNTIME off)", false, true, true, true, true},
       {"device records only", false, false, false, false, true},
-      {"no device part (cudakit's own events)", false, true, true, true, false}};
+      {"no device part (cudakit's own events)", false, true, true, true, false},
+      // The full trace again, last: on an H100 (2026-12-07) every CUPTI row after the first
+      // cost 1.12-1.17x while the first cost 1.01x; this row shows whether order is the cause.
+      {"every source again, last (order check)", true, true, true, true, true}};
   for (Breakdown& b : breakdown) {
     std::vector<double> pl, tb;
     for (int r = 0; r < kRuns; ++r) {
