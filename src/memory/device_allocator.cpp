@@ -229,9 +229,8 @@ int DeviceAllocator::quick_put(void* ptr) {
   if (!b->pool->is_small) return -1;
   if (!quick_.park(b)) return -1;
   b->free_epoch = ++free_epoch_;
-  const bool small = b->pool->is_small;
-  stats_.free_requested(small, b->size, b->requested, oversize(b->size), b->client);
-  stats_.free_completed(small, b->size);
+  stats_.free_requested(/*small=*/true, b->size, b->requested, oversize(b->size), b->client);
+  stats_.free_completed(/*small=*/true, b->size);
   if (allocator_events_wanted()) note_free_pair(b);
   trace_.drop_stack(b);
   return 1;
@@ -252,7 +251,8 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   if (orig_size > max_request_) reject_impossible(orig_size, stream);
   PendingStack pending;
   PendingScope scope(pending, __builtin_frame_address(0), /*is_free=*/false, 0);
-  if (quick_.maybe_parked() && quick_enabled()) {
+  // Only small-pool blocks are parked (quick_put): a larger request never finds one there.
+  if (orig_size <= kSmallSize && quick_.maybe_parked() && quick_enabled()) {
     if (Block* b = quick_take(orig_size, stream, client)) return b;
   }
   Locked lock(*this);

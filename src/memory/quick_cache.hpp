@@ -64,7 +64,7 @@ class QuickCache {
     b->parked = false;
     return b;
   }
-  // Parks `b` (sets b->parked); false when it does not fit (budget, slot taken or full).
+  // Parks `b` (sets b->parked); false when it does not fit (cache full, slot taken or full).
   bool park(Block* b) noexcept {
     if (!has_room()) return false;
     Slot& q = slots_[index(b->stream, b->size)];
