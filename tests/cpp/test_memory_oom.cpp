@@ -20,6 +20,15 @@ struct SmallDevice : ::testing::Environment {
 };
 const auto* env = ::testing::AddGlobalTestEnvironment(new SmallDevice);
 bool emulated() { return std::string(detail::backend().name()) == "emulated"; }
+// The out-of-memory message of a.malloc(bytes), or "" when it succeeded.
+std::string oom_message(memory::DeviceAllocator& a, std::size_t bytes) {
+  try {
+    a.malloc(bytes, nullptr);
+  } catch (const OutOfMemoryError& e) {
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 TEST(MemoryOom, RaisesWithDiagnosisAndRecovers) {
@@ -118,12 +127,7 @@ TEST(MemoryOom, MessageBlamesFragmentationWhenTheRequestWouldFit) {
   for (int i = 0; i < 4; ++i) b.push_back(a.malloc(45 * MiB, nullptr));  // split from it
   a.free(reinterpret_cast<void*>(b[0]->ptr));
   a.free(reinterpret_cast<void*>(b[2]->ptr));  // free: 45 + 45 + 20 MiB, in pieces
-  std::string what;
-  try {
-    a.malloc(80 * MiB, nullptr);
-  } catch (const OutOfMemoryError& e) {
-    what = e.what();
-  }
+  const std::string what = oom_message(a, 80 * MiB);
   ASSERT_FALSE(what.empty()) << "80 MiB fit no piece and the device has 56 MiB left";
   if (std::getenv("SHOW_OOM")) std::printf("%s\n", what.c_str());
   EXPECT_NE(what.find("Of the 110.00 MiB reserved but unallocated, the largest free block is "
@@ -150,12 +154,7 @@ TEST(MemoryOom, FragmentedSmallPoolIsAdvisedTheKeyThatCoversIt) {
   for (int i = 0; i < 8; ++i) b.push_back(a.malloc(512 * 1024, nullptr));
   a.free(reinterpret_cast<void*>(b[0]->ptr));
   a.free(reinterpret_cast<void*>(b[2]->ptr));  // 1 MiB free, in two 512 KiB pieces
-  std::string what;
-  try {
-    a.malloc(1 * MiB, nullptr);
-  } catch (const OutOfMemoryError& e) {
-    what = e.what();
-  }
+  const std::string what = oom_message(a, 1 * MiB);
   ASSERT_FALSE(what.empty()) << "1 MiB fit no piece and the fraction had no room for a segment";
   EXPECT_NE(what.find("would fit if memory were not fragmented"), std::string::npos) << what;
   EXPECT_NE(what.find("try CUDAKIT_ALLOC_CONF=expandable_segments:True"), std::string::npos)
@@ -173,12 +172,7 @@ TEST(MemoryOom, MessageBlamesTheLiveSetWhenNothingCouldFit) {
     SCOPED_TRACE(conf);
     memory::DeviceAllocator a(0, detail::backend(), memory::AllocatorConfig::parse(conf));
     memory::Block* live = a.malloc(200 * MiB, nullptr);
-    std::string what;
-    try {
-      a.malloc(100 * MiB, nullptr);
-    } catch (const OutOfMemoryError& e) {
-      what = e.what();
-    }
+    const std::string what = oom_message(a, 100 * MiB);
     ASSERT_FALSE(what.empty());
     EXPECT_NE(what.find("The live set causes this, not fragmentation"), std::string::npos) << what;
     EXPECT_EQ(what.find("would fit if memory were not fragmented"), std::string::npos) << what;
