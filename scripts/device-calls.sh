@@ -52,6 +52,13 @@ torch_suite_and_sync_debug() {
   wait
   python3 -I $TS/compare.py /tmp/tsn/native.xml /tmp/tsp/plugin.xml > "$OUT/torch_suite.txt" 2>&1
 }
+# Issue 31's standalone kernel checks (/tmp/ew, /tmp/nc), compiled beside the library's build.
+compile_kernel_checks() {
+  local NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
+  $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 &
+  $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 &
+  wait
+}
 case "${1:-}" in
   tests)
     STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
@@ -351,9 +358,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # history with Python stacks (issue 31, the 3.12 record walk); issue 27's replay time of
     # the default against torch's default (rows print as they finish, until time is up).
     t0=$(date +%s)
-    NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
-    ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
-    ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
+    compile_kernel_checks &
     STEPS="build" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     wait; echo "build done at $(( $(date +%s) - t0 )) s"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
@@ -404,9 +409,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # tests and bench_profiler with API records through callbacks (issue 28), history stacks.
     t0=$(date +%s); D=${S13S_SECONDS:-380}
     fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
-    NV="nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90 -Isrc -Iinclude"
-    ( $NV -o /tmp/ew bench/tensor/elementwise_check.cu > /tmp/ew.build 2>&1 ) &
-    ( $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 ) &
+    compile_kernel_checks &
     STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_profiler_trace bench_profiler" \
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     wait; echo "build done at $(( $(date +%s) - t0 )) s"
