@@ -6,7 +6,8 @@
 //   3. export_chrome_trace: seconds per million events, for that trace and for a large one
 //      (~1M events; goal <= 0.3 s per million, torch 2.11: 1.64 s per million);
 //   4. memory per buffered kernel record (goal <= 100 bytes);
-//   5. the overhead of item 1 with fewer sources traced (where it goes).
+//   5. the overhead of item 1 with fewer sources traced (where it goes), measured in the same
+//      rounds as item 1.
 // Medians of 5 runs. Prints a markdown table (scripts/gpu-check.sh collects "|" lines).
 //
 // Run: CUDAKIT_BACKEND=cuda build/bench/bench_profiler [--large-kernels N]
@@ -100,60 +101,54 @@ int main(int argc, char** argv) {
   Tensor one = ones({16}, device_options());
   add_loop(x, one, 2000);  // warm up (module load, worker threads, allocator)
 
-  std::vector<double> plain, traced, stop_s;
-  std::string warning, source;
-  Exported small;
-  for (int r = 0; r < kRuns; ++r) {
-    plain.push_back(add_loop(x, one, kKernels));
-    profiler::TraceOptions o;
-    o.synchronize = false;  // the loop synchronizes itself; stop() is timed on its own
-    profiler::Trace t(o);
-    traced.push_back(add_loop(x, one, kKernels));
-    const auto s0 = Clock::now();
-    t.stop();
-    stop_s.push_back(seconds(s0, Clock::now()));
-    if (!t.warnings().empty()) warning = t.warnings().front();
-    source = t.device_source();
-    if (r == kRuns - 1) small = export_once(t, path);
-  }
-  const double p = median(plain), tr = median(traced);
-
-  // Where the overhead goes: the same loop traced with fewer sources (as bench_profiler.py).
-  // "device records only" is CUPTI's kernel activity and cudakit's record handling; what the
-  // full trace adds above it is the API records (CUPTI's DRIVER kind intercepts each launch).
-  struct Breakdown {
+  // Every configuration is measured once per round, rounds repeated kRuns times, so a drift
+  // over the process's life (clocks, CUPTI's state after its first session) falls on all rows
+  // alike. Measured row by row (2026-12-07, H100), the first row (the full trace) cost 1.01x
+  // and every CUPTI row after it 1.12-1.17x, including rows that trace strictly less, so
+  // the order of rows decided the numbers.
+  // Rows after the first show where the overhead goes: "device records only" is CUPTI's
+  // kernel activity and cudakit's record handling; what the full trace adds above it is the
+  // API records (CUPTI's DRIVER kind intercepts each launch).
+  struct Config {
     const char* label;
     bool api, nvtx, memory, graphs, device;
     const char* api_recording = "activity";  // CUDAKIT_CUPTI_API (cupti_api_calls.hpp)
-    double ratio = 0;
+    std::vector<double> plain, traced;
   };
-  std::vector<Breakdown> breakdown = {
+  std::vector<Config> configs = {
+      {"every source (the default trace)", true, true, true, true, true},
       {"every source, api records through CUPTI callbacks", true, true, true, true, true, "callbacks"},
       {"no api records (CUPTI DRIVER/RUNTIME off)", false, true, true, true, true},
       {"device records only", false, false, false, false, true},
-      {"no device part (cudakit's own events)", false, true, true, true, false},
-      // The full trace again, last: on an H100 (2026-12-07) every CUPTI row after the first
-      // cost 1.12-1.17x while the first cost 1.01x; this row shows whether order is the cause.
-      {"every source again, last (order check)", true, true, true, true, true}};
-  for (Breakdown& b : breakdown) {
-    std::vector<double> pl, tb;
-    for (int r = 0; r < kRuns; ++r) {
-      pl.push_back(add_loop(x, one, kKernels));
+      {"no device part (cudakit's own events)", false, true, true, true, false}};
+  std::vector<double> stop_s;
+  std::string warning, source;
+  Exported small;
+  for (int r = 0; r < kRuns; ++r) {
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      Config& cfg = configs[c];
+      cfg.plain.push_back(add_loop(x, one, kKernels));
       profiler::TraceOptions o;
-      o.synchronize = false;
-      o.api = b.api;
-      o.nvtx = b.nvtx;
-      o.memory = b.memory;
-      o.graphs = b.graphs;
-      o.device = b.device;
-      setenv("CUDAKIT_CUPTI_API", b.api_recording, 1);
+      o.synchronize = false;  // the loop synchronizes itself; stop() is timed on its own
+      o.api = cfg.api;
+      o.nvtx = cfg.nvtx;
+      o.memory = cfg.memory;
+      o.graphs = cfg.graphs;
+      o.device = cfg.device;
+      setenv("CUDAKIT_CUPTI_API", cfg.api_recording, 1);
       profiler::Trace t(o);
       unsetenv("CUDAKIT_CUPTI_API");
-      tb.push_back(add_loop(x, one, kKernels));
+      cfg.traced.push_back(add_loop(x, one, kKernels));
+      const auto s0 = Clock::now();
       t.stop();
+      if (c != 0) continue;
+      stop_s.push_back(seconds(s0, Clock::now()));
+      if (!t.warnings().empty()) warning = t.warnings().front();
+      source = t.device_source();
+      if (r == kRuns - 1) small = export_once(t, path);
     }
-    b.ratio = median(tb) / median(pl);
   }
+  const double p = median(configs[0].plain), tr = median(configs[0].traced);
 
   // A large trace for the export rate (host-side work; kernels only to fill it).
   Exported large;
@@ -181,8 +176,9 @@ int main(int argc, char** argv) {
   std::printf("| %d x add_ + sync, traced | %.1f ms | torch.profiler: 200 ms |\n", kKernels,
               tr * 1e3);
   std::printf("| tracing overhead | %.2fx | <= 1.05x from C++ (issue 28 item 4; torch.profiler 1.73x from Python) |\n", tr / p);
-  for (const Breakdown& b : breakdown)
-    std::printf("| tracing overhead, %s | %.2fx | |\n", b.label, b.ratio);
+  for (std::size_t c = 1; c < configs.size(); ++c)
+    std::printf("| tracing overhead, %s | %.2fx | |\n", configs[c].label,
+                median(configs[c].traced) / median(configs[c].plain));
   std::printf("| stop() for %d kernels | %.1f ms | |\n", kKernels, median(stop_s) * 1e3);
   auto per_m = [](const Exported& e, double s) { return e.events ? s / e.events * 1e6 : 0.0; };
   std::printf("| export, %zu events (%.1f MB) | %.1f ms = %.2f s per million (CPU %.2f) | "
