@@ -8,7 +8,8 @@
 //   4. memory per buffered kernel record (goal <= 100 bytes);
 //   5. the overhead of item 1 with fewer sources traced (where it goes), measured in the same
 //      rounds as item 1.
-// Medians of 5 runs. Prints a markdown table (scripts/gpu-check.sh collects "|" lines).
+// 11 rounds, every configuration once per round (item 5); prints a markdown table
+// (scripts/gpu-check.sh collects "|" lines).
 //
 // Run: CUDAKIT_BACKEND=cuda build/bench/bench_profiler [--large-kernels N]
 // (emulated: the "kernels" are host tasks, so the ratio there measures the emulator, not
@@ -50,6 +51,21 @@ double thread_cpu_s() {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// A configuration's overhead: the median over rounds of traced / untraced within the round
+// (paired, so drift between rounds cancels), and the quartiles of those ratios, which show
+// what difference the run can resolve (an H100 run's untraced loop took 88 ms in one call and
+// 106 ms in the next).
+struct Overhead {
+  double median = 0, q1 = 0, q3 = 0;
+};
+Overhead paired_overhead(const std::vector<double>& plain, const std::vector<double>& traced) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < plain.size() && i < traced.size(); ++i) r.push_back(traced[i] / plain[i]);
+  std::sort(r.begin(), r.end());
+  if (r.empty()) return {};
+  return {r[r.size() / 2], r[r.size() / 4], r[(3 * r.size()) / 4]};
 }
 
 // The loop issue 10 measured with torch: tiny in-place adds, then a synchronize.
@@ -95,7 +111,7 @@ int main(int argc, char** argv) {
     std::printf("bench_profiler: no device on backend %s\n", backend_name().c_str());
     return 0;
   }
-  constexpr int kKernels = 20000, kRuns = 5;
+  constexpr int kKernels = 20000, kRuns = 11;
   const std::string path = "/tmp/cudakit_bench_profiler_trace.json";
   Tensor x = zeros({16}, device_options());
   Tensor one = ones({16}, device_options());
@@ -175,10 +191,15 @@ int main(int argc, char** argv) {
   std::printf("| %d x add_ + sync, untraced | %.1f ms | torch 2.11: 115 ms |\n", kKernels, p * 1e3);
   std::printf("| %d x add_ + sync, traced | %.1f ms | torch.profiler: 200 ms |\n", kKernels,
               tr * 1e3);
-  std::printf("| tracing overhead | %.2fx | <= 1.05x from C++ (issue 28 item 4; torch.profiler 1.73x from Python) |\n", tr / p);
-  for (std::size_t c = 1; c < configs.size(); ++c)
-    std::printf("| tracing overhead, %s | %.2fx | |\n", configs[c].label,
-                median(configs[c].traced) / median(configs[c].plain));
+  const Overhead full = paired_overhead(configs[0].plain, configs[0].traced);
+  std::printf("| tracing overhead (median of %d rounds' ratios; quartiles) | %.3fx (%.3f-%.3f) | "
+              "<= 1.05x from C++ (issue 28 item 4; torch.profiler 1.73x from Python) |\n",
+              kRuns, full.median, full.q1, full.q3);
+  for (std::size_t c = 1; c < configs.size(); ++c) {
+    const Overhead o = paired_overhead(configs[c].plain, configs[c].traced);
+    std::printf("| tracing overhead, %s | %.3fx (%.3f-%.3f) | |\n", configs[c].label, o.median,
+                o.q1, o.q3);
+  }
   std::printf("| stop() for %d kernels | %.1f ms | |\n", kKernels, median(stop_s) * 1e3);
   auto per_m = [](const Exported& e, double s) { return e.events ? s / e.events * 1e6 : 0.0; };
   std::printf("| export, %zu events (%.1f MB) | %.1f ms = %.2f s per million (CPU %.2f) | "
