@@ -21,6 +21,16 @@ namespace cudakit::detail {
 // with leading dimension ldc. A, B and C share `type`; float16 / bfloat16 accumulate in
 // float32. allow_tf32 lets float32 products use TF32 inputs (10-bit mantissa), as
 // torch.backends.cuda.matmul.allow_tf32.
+//
+// Strided batches (cublasGemmStridedBatchedEx): `batch` products C_i = op(A_i) op(B_i), i in
+// [0, batch), where X_i starts stride_x elements after X_{i-1} (X_i = x + i * stride_x, in
+// elements of `type`, not bytes). A stride of 0 for A or B broadcasts one matrix to every
+// product (torch.matmul of a batch with a single matrix). C's matrices must not overlap
+// (stride_c 0 with batch > 1 is a data race on cuda; callers reject it), while A's and B's
+// may. batch == 1 is the plain GEMM and ignores the strides; batch == 0 computes nothing.
+// Strides are signed as cuBLAS's, but every caller passes non-negative ones (public
+// tunable::gemm_strided_batched rejects negative strides). Like shapes and leading
+// dimensions, batch and strides are the caller's to validate.
 enum class GemmType { float16, bfloat16, float32, float64 };
 struct GemmArgs {
   GemmType type = GemmType::float32;
@@ -33,6 +43,8 @@ struct GemmArgs {
   void* c = nullptr;
   int ldc = 0;
   bool allow_tf32 = false;
+  int batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   // C = alpha * op(A) op(B) + beta * C (BLAS). matmul uses 1 and 0; beta != 0 reads C.
   double alpha = 1.0, beta = 0.0;
   // Scratch memory for the library, from the caching allocator (ops::blas_gemm: one per
@@ -52,9 +64,12 @@ struct GemmArgs {
 // ---- GEMM tuning (TunableOp, src/tunable) ----
 // One way to compute one GEMM problem other than Backend::gemm itself ("Default"): a cuBLASLt
 // algorithm configuration on cuda, a CPU loop on emulated. A plan is bound to a problem: the
-// shape, type, transposes, leading dimensions, allow_tf32 and the alignment of the pointers of
-// the GemmArgs it was made for; run() takes any GemmArgs of that problem (other pointers with at
-// least the planned alignment, any alpha / beta). Plans are immutable, so one plan may run
+// shape, type, transposes, leading dimensions, batch count and batch strides, allow_tf32 and
+// the alignment of the pointers of the GemmArgs it was made for; run() takes any GemmArgs of
+// that problem (other pointers with at least the planned alignment, any alpha / beta). A
+// batched plan is bound to its strides because cuBLASLt's layouts carry them (a stride-0
+// broadcast and a packed batch are different problems to it, and may get different
+// algorithms), although torch's signatures do not name them. Plans are immutable, so one plan may run
 // from several threads at once; they hold no device memory (the caller passes the workspace).
 class GemmPlan {
  public:

@@ -24,6 +24,7 @@ const CublasLt& cublaslt() noexcept {
          bind_symbol("cublasLtMatmulDescSetAttribute", a.cublasLtMatmulDescSetAttribute),
          bind_symbol("cublasLtMatrixLayoutCreate", a.cublasLtMatrixLayoutCreate),
          bind_symbol("cublasLtMatrixLayoutDestroy", a.cublasLtMatrixLayoutDestroy),
+         bind_symbol("cublasLtMatrixLayoutSetAttribute", a.cublasLtMatrixLayoutSetAttribute),
          bind_symbol("cublasLtMatmulPreferenceCreate", a.cublasLtMatmulPreferenceCreate),
          bind_symbol("cublasLtMatmulPreferenceDestroy", a.cublasLtMatmulPreferenceDestroy),
          bind_symbol("cublasLtMatmulPreferenceSetAttribute",

@@ -35,6 +35,8 @@ static_assert(sizeof(LtAlgo) == 64 && sizeof(LtHeuristicResult) == 96);
 
 // cublasLtMatmulDescAttributes_t
 inline constexpr int kLtDescTransA = 3, kLtDescTransB = 4;
+// cublasLtMatrixLayoutAttribute_t (value types: int32, int64 elements)
+inline constexpr int kLtLayoutBatchCount = 5, kLtLayoutStridedBatchOffset = 6;
 // cublasLtMatmulPreferenceAttributes_t
 inline constexpr int kLtPrefMaxWorkspaceBytes = 1, kLtPrefMinAlignA = 5, kLtPrefMinAlignB = 6,
                      kLtPrefMinAlignC = 7, kLtPrefMinAlignD = 8;
@@ -59,6 +61,8 @@ struct CublasLtApi {
   int (*cublasLtMatrixLayoutCreate)(void** layout, int type, std::uint64_t rows,
                                     std::uint64_t cols, std::int64_t ld) = nullptr;
   int (*cublasLtMatrixLayoutDestroy)(void* layout) = nullptr;
+  int (*cublasLtMatrixLayoutSetAttribute)(void* layout, int attr, const void* buf,
+                                          std::size_t size) = nullptr;
   int (*cublasLtMatmulPreferenceCreate)(void** pref) = nullptr;
   int (*cublasLtMatmulPreferenceDestroy)(void* pref) = nullptr;
   int (*cublasLtMatmulPreferenceSetAttribute)(void* pref, int attr, const void* buf,

@@ -20,6 +20,15 @@
 //   every configuration once (by name), in the order of promise gemm_candidates describes (the
 //   tuner loads a prefix within its budget). Measured on the H200 by the lead (docs/performance.md).
 //
+// Strided batches (GemmArgs::batch > 1): the A, B and C layouts carry
+// CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and each its CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+// so the heuristic, AlgoCheck and the split-K variants all see the batched problem (its waves
+// count includes the batch, so a large batch gets no split-K variants). A plan is therefore
+// bound to the batch count and the three strides as well as the shape: the tuner's key
+// (tunable/signature.hpp) includes them, and a name read from a file is rebuilt for the
+// caller's strides (torch's signature does not record them). The alignment a plan asks for is
+// the one every matrix of the batch has (batch_alignment).
+//
 // Plans share the problem's descriptors (LtProblem) and hold one cublasLtMatmulAlgo_t; run()
 // is a single cublasLtMatmul call (no descriptor work per call). cuBLASLt handles carry no
 // stream or workspace, so one handle per device serves every thread; it is created in the
@@ -34,6 +43,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "backend/cuda/cublaslt.hpp"
 #include "backend/cuda/cuda_backend.hpp"
@@ -135,14 +145,37 @@ struct LtProblem {
   }
 };
 
+std::size_t element_bytes(GemmType t) {
+  switch (t) {
+    case GemmType::float16:
+    case GemmType::bfloat16: return 2;
+    case GemmType::float64: return 8;
+    case GemmType::float32: break;
+  }
+  return 4;
+}
+
+// The alignment every matrix of an operand has: its base pointer's, capped by the alignment of
+// the batch stride in bytes (matrix i starts i * stride elements after the base), so that a
+// plan chosen for the first matrix's alignment holds for all of them. A stride of 0 (one
+// broadcast matrix) and a single product keep the base's.
+unsigned batch_alignment(const void* base, std::int64_t stride, const GemmArgs& g) {
+  const unsigned a = pointer_alignment(base);
+  if (g.batch == 1 || stride == 0) return a;
+  const std::uint64_t bytes =
+      static_cast<std::uint64_t>(stride < 0 ? -stride : stride) * element_bytes(g.type);
+  const std::uint64_t low = bytes & (~bytes + 1);
+  return static_cast<unsigned>(std::min<std::uint64_t>(a, low));
+}
+
 std::shared_ptr<LtProblem> make_problem(const CublasLtApi& api, void* handle, const GemmArgs& g) {
   auto p = std::make_shared<LtProblem>();
   p->api = &api;
   p->handle = handle;
   p->types = lt_types(g);
-  p->align_a = pointer_alignment(g.a);
-  p->align_b = pointer_alignment(g.b);
-  p->align_c = pointer_alignment(g.c);
+  p->align_a = batch_alignment(g.a, g.stride_a, g);
+  p->align_b = batch_alignment(g.b, g.stride_b, g);
+  p->align_c = batch_alignment(g.c, g.stride_c, g);
   check_lt(api.cublasLtMatmulDescCreate(&p->desc, p->types.compute, p->types.scale),
            "cublasLtMatmulDescCreate");
   const std::int32_t ta = g.transpose_a ? kCublasOpT : kCublasOpN;
@@ -160,6 +193,22 @@ std::shared_ptr<LtProblem> make_problem(const CublasLtApi& api, void* handle, co
            "cublasLtMatrixLayoutCreate(B)");
   check_lt(api.cublasLtMatrixLayoutCreate(&p->c, p->types.data, g.m, g.n, g.ldc),
            "cublasLtMatrixLayoutCreate(C)");
+  if (g.batch != 1) {
+    // Strided batch: every layout carries the count and its own stride (C's serves D too), so
+    // the heuristic is asked for the batched problem and AlgoCheck / cublasLtMatmul run it.
+    const std::int32_t count = g.batch;
+    for (auto [layout, stride, what] : {std::tuple{p->a, g.stride_a, "A"},
+                                        std::tuple{p->b, g.stride_b, "B"},
+                                        std::tuple{p->c, g.stride_c, "C"}}) {
+      const std::int64_t offset = stride;
+      check_lt(api.cublasLtMatrixLayoutSetAttribute(layout, kLtLayoutBatchCount, &count, sizeof count),
+               (std::string("cublasLtMatrixLayoutSetAttribute(BATCH_COUNT, ") + what + ")").c_str());
+      check_lt(api.cublasLtMatrixLayoutSetAttribute(layout, kLtLayoutStridedBatchOffset, &offset,
+                                                    sizeof offset),
+               (std::string("cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET, ") + what + ")")
+                   .c_str());
+    }
+  }
   return p;
 }
 
@@ -368,7 +417,7 @@ const CublasLtApi* lt_api_or_null() {
 
 std::vector<GemmPlanPtr> CudaBackend::gemm_candidates(int device, const GemmArgs& g) {
   const CublasLtApi* api = lt_api_or_null();
-  if (!api || g.m <= 0 || g.n <= 0 || g.k <= 0) return {};
+  if (!api || g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return {};
   ContextScope scope(*this, device, "gemm_candidates");
   void* handle = lt_handle(*this, *api, device);
   std::shared_ptr<const LtProblem> problem = make_problem(*api, handle, g);
@@ -437,7 +486,8 @@ std::vector<GemmPlanPtr> CudaBackend::gemm_candidates(int device, const GemmArgs
 
 GemmPlanPtr CudaBackend::gemm_plan(int device, const GemmArgs& g, const std::string& name) {
   const CublasLtApi* api = lt_api_or_null();
-  if (!api || g.m <= 0 || g.n <= 0 || g.k <= 0 || name.rfind("Gemm_Cublaslt_", 0) != 0) {
+  if (!api || g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0 ||
+      name.rfind("Gemm_Cublaslt_", 0) != 0) {
     return nullptr;
   }
   try {

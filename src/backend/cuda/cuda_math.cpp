@@ -1,5 +1,5 @@
 // CudaBackend: capabilities, the optional-library report, and the math libraries (cuBLAS
-// GEMM, cuBLAS / cuSOLVER handles). cuBLASLt (the GEMM tuner's candidates) is in
+// GEMM: cublasGemmEx, cublasGemmStridedBatchedEx for batches; cuBLAS / cuSOLVER handles). cuBLASLt (the GEMM tuner's candidates) is in
 // cuda_gemm_tuning.cpp.
 //
 // Handles are per (thread, device), created on first use in the device's primary context and
@@ -140,11 +140,21 @@ void CudaBackend::gemm(int device, StreamHandle s, GemmArgs g) {
     check_status(c.cublasSetWorkspace_v2(h, g.workspace, g.workspace_bytes), "cuBLAS",
                  "cublasSetWorkspace");
   }
-  check_status(c.cublasGemmEx(h, g.transpose_a ? kCublasOpT : kCublasOpN,
-                              g.transpose_b ? kCublasOpT : kCublasOpN, g.m, g.n, g.k, alpha, g.a,
-                              type, g.lda, g.b, type, g.ldb, beta, g.c, type, g.ldc, compute,
-                              kCublasGemmDefault),
-               "cuBLAS", "cublasGemmEx");
+  const int ta = g.transpose_a ? kCublasOpT : kCublasOpN, tb = g.transpose_b ? kCublasOpT : kCublasOpN;
+  if (g.batch == 1) {
+    check_status(c.cublasGemmEx(h, ta, tb, g.m, g.n, g.k, alpha, g.a, type, g.lda, g.b, type,
+                                g.ldb, beta, g.c, type, g.ldc, compute, kCublasGemmDefault),
+                 "cuBLAS", "cublasGemmEx");
+    return;
+  }
+  // A strided batch: one call, the same types and compute type (TF32 rule included) as above,
+  // so each product of a batch gives what the plain GEMM gives for it.
+  if (g.batch == 0) return;  // nothing to compute (not left to cuBLAS's quick-return rules)
+  check_status(c.cublasGemmStridedBatchedEx(h, ta, tb, g.m, g.n, g.k, alpha, g.a, type, g.lda,
+                                            g.stride_a, g.b, type, g.ldb, g.stride_b, beta, g.c,
+                                            type, g.ldc, g.stride_c, g.batch, compute,
+                                            kCublasGemmDefault),
+               "cuBLAS", "cublasGemmStridedBatchedEx");
 }
 
 }  // namespace cudakit::detail::cuda

@@ -30,6 +30,7 @@ const Cublas& cublas() noexcept {
          bind_symbol("cublasSetStream_v2", c->api.cublasSetStream_v2),
          bind_symbol("cublasSetWorkspace_v2", c->api.cublasSetWorkspace_v2, false),
          bind_symbol("cublasGemmEx", c->api.cublasGemmEx),
+         bind_symbol("cublasGemmStridedBatchedEx", c->api.cublasGemmStridedBatchedEx),
          bind_symbol("cublasGetProperty", c->api.cublasGetProperty, false)});
     return c;
   }();

@@ -32,6 +32,13 @@ struct CublasApi {
                       const void* alpha, const void* A, int Atype, int lda, const void* B,
                       int Btype, int ldb, const void* beta, void* C, int Ctype, int ldc,
                       int computeType, int algo) = nullptr;
+  // Strides in elements, between consecutive matrices of a batch (CUDA 9.1+).
+  int (*cublasGemmStridedBatchedEx)(void* handle, int transa, int transb, int m, int n, int k,
+                                    const void* alpha, const void* A, int Atype, int lda,
+                                    long long strideA, const void* B, int Btype, int ldb,
+                                    long long strideB, const void* beta, void* C, int Ctype,
+                                    int ldc, long long strideC, int batchCount, int computeType,
+                                    int algo) = nullptr;
   int (*cublasGetProperty)(int type, int* value) = nullptr;
 };
 

@@ -93,7 +93,7 @@ void store(const GemmArgs& g, const std::vector<Acc>& acc, ToAcc to_acc, FromAcc
     }
 }
 
-void run_blocked(const GemmArgs& g, const Blocking& b) {
+void run_blocked_one(const GemmArgs& g, const Blocking& b) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) {  // the same empty-sum rule as the Default
     run_gemm(g);
@@ -121,6 +121,15 @@ void run_blocked(const GemmArgs& g, const Blocking& b) {
       break;
     case GemmType::float64: break;
   }
+}
+
+// A strided batch: the same loop once per product (batch_item), in order.
+void run_blocked(const GemmArgs& g, const Blocking& b) {
+  if (g.batch == 1) {
+    run_blocked_one(g, b);
+    return;
+  }
+  for (int i = 0; i < g.batch; ++i) run_blocked_one(batch_item(g, i), b);
 }
 
 class HostLoopPlan final : public GemmPlan {

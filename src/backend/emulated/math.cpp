@@ -2,7 +2,8 @@
 // report, and the vendor handles it does not have.
 //
 // GEMM runs as a host task on the stream, like every emulated device op, and keeps its
-// operands alive (GemmArgs::keep_alive) until it ran. float32 / float64 go straight to
+// operands alive (GemmArgs::keep_alive) until it ran. A strided batch is a loop of plain GEMMs
+// in that one task (gemm_host.hpp, batch_item). float32 / float64 go straight to
 // cblas_sgemm / cblas_dgemm on the operands in place; float16 / bfloat16 are widened to
 // float32, multiplied with float32 accumulation (as cuBLAS does for these types) and rounded
 // back. allow_tf32 rounds float32 inputs to TF32 (10-bit mantissa, round to nearest, ties
@@ -149,7 +150,9 @@ void scale_c(const GemmArgs& g) {
 
 }  // namespace
 
-void run_gemm(const GemmArgs& g) {
+namespace {
+
+void run_one(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) {  // an empty sum: C = beta C (BLAS)
     scale_c(g);
@@ -197,6 +200,16 @@ void run_gemm(const GemmArgs& g) {
     }
 }
 
+}  // namespace
+
+void run_gemm(const GemmArgs& g) {
+  if (g.batch == 1) {
+    run_one(g);
+    return;
+  }
+  for (int i = 0; i < g.batch; ++i) run_one(batch_item(g, i));
+}
+
 namespace {
 
 [[noreturn]] void no_vendor_library(const char* call, const char* library) {
@@ -211,11 +224,12 @@ void EmulatedBackend::gemm(int device, StreamHandle s, GemmArgs g) {
   dev(device);
   // What BLAS itself would reject (cuBLAS answers CUBLAS_STATUS_INVALID_VALUE).
   if (g.m < 0 || g.n < 0 || g.k < 0) fail(errc::invalid_value, "gemm: negative dimension");
+  if (g.batch < 0) fail(errc::invalid_value, "gemm: negative batch count");
   const Stored sa = stored_a(g), sb = stored_b(g);
   if (g.lda < std::max(1, sa.rows) || g.ldb < std::max(1, sb.rows) || g.ldc < std::max(1, g.m)) {
     fail(errc::invalid_value, "gemm: a leading dimension is smaller than its matrix's rows");
   }
-  if (g.m > 0 && g.n > 0 && (!g.c || (g.k > 0 && (!g.a || !g.b)))) {
+  if (g.batch > 0 && g.m > 0 && g.n > 0 && (!g.c || (g.k > 0 && (!g.a || !g.b)))) {
     fail(errc::invalid_value, "gemm: null operand pointer");
   }
   // A kernel node when captured, as cuBLAS's GEMM kernel is on cuda (graph data, annotations).
