@@ -1,10 +1,15 @@
 // TunableOp (seed: torch.cuda.tunable): GEMMs timed across every implementation the backend
 // offers, the fastest remembered per problem, in memory and in a results file.
 //
-// When enabled, every matrix product cudakit runs (matmul, and tunable::gemm below on raw
-// pointers) first looks its problem up: the operator signature ("GemmTunableOp_BFloat16_NN":
-// element type and BLAS transposes) and the parameter signature ("nn_4096_16_4096_ld_4096_
-// 4096_4096": BLAS m, n, k and leading dimensions). A known problem runs the recorded solution
+// When enabled, every matrix product cudakit runs (matmul, and tunable::gemm /
+// gemm_strided_batched below on raw pointers) first looks its problem up: the operator
+// signature ("GemmTunableOp_BFloat16_NN": element type and BLAS transposes) and the parameter
+// signature ("nn_4096_16_4096_ld_4096_4096_4096": BLAS m, n, k and leading dimensions). A
+// strided batch of products (matmul of N-D operands, gemm_strided_batched) has torch's batched
+// signatures, "GemmStridedBatchedTunableOp_BFloat16_NN" and "nn_128_128_64_B_96_ld_128_64_128"
+// (the batch count after k); the batch strides are not in the signature (torch's format), so
+// batches that differ only in their strides share a result, and each runs the recorded
+// solution rebuilt for its own strides. A batch of one product is a plain GEMM. A known problem runs the recorded solution
 // at once. An unknown one is tuned when tuning is enabled (every candidate timed on the
 // caller's stream, the fastest recorded and appended to the results file), recorded in the
 // untuned file when record_untuned is enabled instead, and runs "Default" (the backend's own
@@ -130,8 +135,11 @@ struct NumericalCheck {
 NumericalCheck numerical_check();
 
 // Offline tuning: tunes every GEMM line of an untuned (or results) file on the current device
-// (needs is_enabled() and tuning_is_enabled()). Lines cudakit cannot run (batched, scaled,
-// complex GEMMs) are skipped with a warning; malformed lines are a ValueError.
+// (needs is_enabled() and tuning_is_enabled()): plain (GemmTunableOp) and strided batched
+// (GemmStridedBatchedTunableOp, tuned with packed batches: each matrix right after the
+// previous one, as torch.bmm's contiguous operands) lines. Lines cudakit cannot run
+// (GemmAndBias, scaled, complex GEMMs) are skipped with a warning naming the op; malformed
+// lines are a ValueError.
 void tune_gemm_in_file(const std::string& filename);
 // One line of such a file ("GemmTunableOp_Half_NT,nt_..."); false when it was skipped.
 bool tune_gemm_line(const std::string& line);
@@ -151,6 +159,27 @@ void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t
 void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k,
           double alpha, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           double beta, void* c, std::int64_t ldc, DType dtype);
+
+// batch_count products C_i = alpha * op(A_i) op(B_i) + beta * C_i on raw device pointers, as
+// cublasGemmStridedBatchedEx (torch's at::cuda::blas::bgemm): X_i = x + i * stride_x, strides
+// in elements; each product has gemm's conventions above (column-major, transposes, dtype,
+// leading dimensions, stream order, tuning). stride_a / stride_b >= 0, where 0 uses one matrix
+// for every product (a broadcast operand); stride_c > 0 when batch_count > 1 (products must not
+// write the same C; overlapping C layouts are undefined, as in cuBLAS). batch_count in [0,
+// 2^31): 0 does nothing, 1 is gemm (its plain signature). ValueError naming the argument for
+// anything else.
+void gemm_strided_batched(char transa, char transb, std::int64_t m, std::int64_t n,
+                          std::int64_t k, double alpha, const void* a, std::int64_t lda,
+                          std::int64_t stride_a, const void* b, std::int64_t ldb,
+                          std::int64_t stride_b, double beta, void* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t batch_count, DType dtype,
+                          StreamRef stream, bool allow_tf32 = false);
+// The same on the current stream of the current device.
+void gemm_strided_batched(char transa, char transb, std::int64_t m, std::int64_t n,
+                          std::int64_t k, double alpha, const void* a, std::int64_t lda,
+                          std::int64_t stride_a, const void* b, std::int64_t ldb,
+                          std::int64_t stride_b, double beta, void* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t batch_count, DType dtype);
 
 // Where TunableOp's warnings go (default, or an empty handler: stderr). Called on the thread
 // that triggered the warning, outside every TunableOp lock.

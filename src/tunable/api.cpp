@@ -128,14 +128,19 @@ void set_numerical_check_tolerances(bool enable, double atol, double rtol) {
 
 NumericalCheck numerical_check() { return settings().numerical_check(); }
 
-void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
-          const void* a, std::int64_t lda, const void* b, std::int64_t ldb, double beta, void* c,
-          std::int64_t ldc, DType dtype, StreamRef stream, bool allow_tf32) {
-  auto trans = [](char t, const char* arg) {
+namespace {
+
+// The checks gemm and gemm_strided_batched share: transposes, dtype, shape and leading
+// dimensions; `fn` names the caller in the messages ("tunable::gemm").
+cudakit::detail::GemmArgs checked_args(const char* fn, char transa, char transb, std::int64_t m,
+                                       std::int64_t n, std::int64_t k, double alpha,
+                                       std::int64_t lda, std::int64_t ldb, double beta,
+                                       std::int64_t ldc, DType dtype, bool allow_tf32) {
+  const std::string where = std::string(fn) + "(): argument '";
+  auto trans = [&](char t, const char* arg) {
     if (t == 'n' || t == 'N') return false;
     if (t == 't' || t == 'T') return true;
-    throw ValueError(std::string("tunable::gemm(): argument '") + arg +
-                     "' must be 'N' or 'T' (either case), got '" + std::string(1, t) + "'");
+    throw ValueError(where + arg + "' must be 'N' or 'T' (either case), got '" + std::string(1, t) + "'");
   };
   cudakit::detail::GemmArgs g;
   g.transpose_a = trans(transa, "transa");
@@ -146,13 +151,12 @@ void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t
     case DType::float32: g.type = cudakit::detail::GemmType::float32; break;
     case DType::float64: g.type = cudakit::detail::GemmType::float64; break;
     default:
-      throw ValueError(std::string("tunable::gemm(): argument 'dtype' must be float16, bfloat16, "
-                                   "float32 or float64, got ") + dtype_name(dtype));
+      throw ValueError(where + "dtype' must be float16, bfloat16, float32 or float64, got " +
+                       dtype_name(dtype));
   }
-  auto dim = [](std::int64_t v, const char* arg) {
+  auto dim = [&](std::int64_t v, const char* arg) {
     if (v < 0 || v > INT_MAX) {
-      throw ValueError(std::string("tunable::gemm(): argument '") + arg +
-                       "' must be in [0, 2^31), got " + std::to_string(v));
+      throw ValueError(where + arg + "' must be in [0, 2^31), got " + std::to_string(v));
     }
     return static_cast<int>(v);
   };
@@ -162,7 +166,7 @@ void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t
   const std::int64_t rows_a = g.transpose_a ? k : m, rows_b = g.transpose_b ? n : k;
   auto ld = [&](std::int64_t v, std::int64_t rows, const char* arg) {
     if (v < std::max<std::int64_t>(1, rows) || v > INT_MAX) {
-      throw ValueError(std::string("tunable::gemm(): argument '") + arg + "' must be at least " +
+      throw ValueError(where + arg + "' must be at least " +
                        std::to_string(std::max<std::int64_t>(1, rows)) +
                        " (the stored matrix's rows) and below 2^31, got " + std::to_string(v));
     }
@@ -171,28 +175,92 @@ void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t
   g.lda = ld(lda, rows_a, "lda");
   g.ldb = ld(ldb, rows_b, "ldb");
   g.ldc = ld(ldc, m, "ldc");
-  if (m > 0 && n > 0 && (!c || (k > 0 && (!a || !b)))) {
-    throw ValueError("tunable::gemm(): a, b and c must be device pointers (got a null pointer)");
+  g.alpha = alpha;
+  g.beta = beta;
+  g.allow_tf32 = allow_tf32;
+  return g;
+}
+
+// Pointers checked last (after every argument that can be checked without them), then the
+// product: nothing for an empty one, the backend's GEMM for k == 0 (C = beta C, nothing to
+// tune), the dispatcher otherwise.
+void run_checked(const char* fn, cudakit::detail::GemmArgs g, const void* a, const void* b,
+                 void* c, StreamRef stream) {
+  if (g.batch > 0 && g.m > 0 && g.n > 0 && (!c || (g.k > 0 && (!a || !b)))) {
+    throw ValueError(std::string(fn) + "(): a, b and c must be device pointers (got a null pointer)");
   }
   g.a = a;
   g.b = b;
   g.c = c;
-  g.alpha = alpha;
-  g.beta = beta;
-  g.allow_tf32 = allow_tf32;
-  if (m == 0 || n == 0) return;
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const int device = resolve_device(stream.device());
-  if (k == 0) {  // an empty product (C = beta C): nothing to tune
+  if (g.k == 0) {
     cudakit::detail::math_ops().gemm(device, stream.handle(), std::move(g));
     return;
   }
   detail::gemm(device, stream.handle(), std::move(g));
 }
 
+}  // namespace
+
+void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const void* a, std::int64_t lda, const void* b, std::int64_t ldb, double beta, void* c,
+          std::int64_t ldc, DType dtype, StreamRef stream, bool allow_tf32) {
+  run_checked("tunable::gemm",
+              checked_args("tunable::gemm", transa, transb, m, n, k, alpha, lda, ldb, beta, ldc,
+                           dtype, allow_tf32),
+              a, b, c, stream);
+}
+
 void gemm(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
           const void* a, std::int64_t lda, const void* b, std::int64_t ldb, double beta, void* c,
           std::int64_t ldc, DType dtype) {
   gemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, dtype, current_stream());
+}
+
+void gemm_strided_batched(char transa, char transb, std::int64_t m, std::int64_t n,
+                          std::int64_t k, double alpha, const void* a, std::int64_t lda,
+                          std::int64_t stride_a, const void* b, std::int64_t ldb,
+                          std::int64_t stride_b, double beta, void* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t batch_count, DType dtype,
+                          StreamRef stream, bool allow_tf32) {
+  constexpr const char* fn = "tunable::gemm_strided_batched";
+  cudakit::detail::GemmArgs g =
+      checked_args(fn, transa, transb, m, n, k, alpha, lda, ldb, beta, ldc, dtype, allow_tf32);
+  const std::string where = std::string(fn) + "(): argument '";
+  if (batch_count < 0 || batch_count > INT_MAX) {
+    throw ValueError(where + "batch_count' must be in [0, 2^31) (the number of products), got " +
+                     std::to_string(batch_count));
+  }
+  for (auto [v, arg] : {std::pair{stride_a, "stride_a"}, std::pair{stride_b, "stride_b"}}) {
+    if (v < 0) {
+      throw ValueError(where + arg + "' must be >= 0 (elements from one matrix to the next; 0 "
+                       "uses the same matrix for every product), got " + std::to_string(v));
+    }
+  }
+  // Every product writes its own C: a stride of 0 would have them all write one matrix at once
+  // (a data race on the GPU). Other overlapping layouts are the caller's to avoid, as in cuBLAS:
+  // a stride below one matrix's extent is not refused, since interleaved layouts (stride_c >= m,
+  // ldc >= (batch_count - 1) * stride_c + m: the heads of an attention output) do not overlap.
+  if (stride_c < 0 || (stride_c == 0 && batch_count > 1)) {
+    throw ValueError(where + "stride_c' must be > 0 when batch_count > 1 (elements from one C "
+                     "matrix to the next; the products must not write the same memory), got " +
+                     std::to_string(stride_c));
+  }
+  g.batch = static_cast<int>(batch_count);
+  g.stride_a = stride_a;
+  g.stride_b = stride_b;
+  g.stride_c = stride_c;
+  run_checked(fn, std::move(g), a, b, c, stream);
+}
+
+void gemm_strided_batched(char transa, char transb, std::int64_t m, std::int64_t n,
+                          std::int64_t k, double alpha, const void* a, std::int64_t lda,
+                          std::int64_t stride_a, const void* b, std::int64_t ldb,
+                          std::int64_t stride_b, double beta, void* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t batch_count, DType dtype) {
+  gemm_strided_batched(transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                       c, ldc, stride_c, batch_count, dtype, current_stream());
 }
 
 }  // namespace cudakit::tunable

@@ -5,6 +5,13 @@
 // Lines are BLAS-level signatures, so the operands are built from m, n, k, lda, ldb, ldc
 // directly (torch rebuilds torch.mm arguments instead, and cannot tune some shapes that way).
 // Operands are random in [0, 1), as torch.rand, generated on the host and copied over.
+//
+// Strided batched lines (GemmStridedBatchedTunableOp, "_B_<batch>") name no strides, so the
+// batch is packed: each matrix follows the previous one directly, stride = leading dimension
+// x columns of the stored matrix (what torch.bmm on contiguous tensors passes). A product
+// whose strides differ (a broadcast operand, padding between matrices) shares the line's
+// signature, so it finds this result; its plan is rebuilt for its own strides when it runs.
+// A batch of 1 is tuned as the plain GEMM it is (tunable/signature.hpp).
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -92,7 +99,7 @@ bool tune_gemm_line(const std::string& raw) {
     return false;
   }
   if (!detail::parse_params(params, *p, why)) throw ValueError("tune_gemm_line(): " + why);
-  if (p->m == 0 || p->n == 0 || p->k == 0) return false;  // an empty product: nothing to tune
+  if (p->m == 0 || p->n == 0 || p->k == 0 || p->batch == 0) return false;  // empty: nothing to tune
 
   cudakit::detail::GemmArgs g;
   g.type = p->type;
@@ -111,10 +118,16 @@ bool tune_gemm_line(const std::string& raw) {
     throw ValueError("tune_gemm_line(): params '" + params +
                      "' have a leading dimension smaller than its matrix's rows");
   }
+  g.batch = static_cast<int>(p->batch);
+  if (g.batch != 1) {  // packed: the line names no strides (see the top of this file)
+    g.stride_a = static_cast<std::int64_t>(g.lda) * cols_a;
+    g.stride_b = static_cast<std::int64_t>(g.ldb) * cols_b;
+    g.stride_c = static_cast<std::int64_t>(g.ldc) * p->n;
+  }
   const std::size_t elem = g.type == GemmType::float64 ? 8 : g.type == GemmType::float32 ? 4 : 2;
-  const std::size_t a_bytes = detail::operand_bytes(rows_a, cols_a, g.lda, elem);
-  const std::size_t b_bytes = detail::operand_bytes(rows_b, cols_b, g.ldb, elem);
-  const std::size_t c_bytes = detail::operand_bytes(p->m, p->n, g.ldc, elem);
+  const std::size_t a_bytes = detail::batch_operand_bytes(rows_a, cols_a, g.lda, g.stride_a, g.batch, elem);
+  const std::size_t b_bytes = detail::batch_operand_bytes(rows_b, cols_b, g.ldb, g.stride_b, g.batch, elem);
+  const std::size_t c_bytes = detail::batch_operand_bytes(p->m, p->n, g.ldc, g.stride_c, g.batch, elem);
 
   const int device = current_device();
   const StreamRef stream = current_stream(device);
@@ -157,7 +170,9 @@ void tune_gemm_in_file(const std::string& filename) {
     }
     if (line.find_first_not_of(" \t") == std::string::npos || line.rfind("Validator,", 0) == 0) continue;
     // torch tunes the Gemm* and ScaledGemm* lines and skips the rest without a word; any other
-    // line is not TunableOp's (a wrong file, or a damaged one), and says so.
+    // line is not TunableOp's (a wrong file, or a damaged one), and says so. Of the Gemm* lines,
+    // tune_gemm_line runs the plain and strided batched ones and skips the others (GemmAndBias,
+    // scaled, complex) with a warning naming the op.
     if (line.rfind("Gemm", 0) != 0 && line.rfind("ScaledGemm", 0) != 0) {
       throw ValueError(where() + "not a TunableOp line: expected '<op signature>,<params "
                                  "signature>[,...]' with a GemmTunableOp_ or ScaledGemmTunableOp_ "

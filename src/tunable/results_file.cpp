@@ -142,7 +142,7 @@ ResultsFile parse_results(const std::string& text, const std::string& name) {
     if (f.size() >= 5 && f[4].rfind("BLAS_PARAMS:", 0) != 0) {
       fail("unexpected fields after the time (only torch's BLAS_PARAMS log may follow)");
     }
-    if (f[0].rfind("GemmTunableOp_", 0) == 0) {
+    if (is_gemm_op(f[0])) {  // plain and strided batched GEMMs: their params must parse
       std::string why;
       if (std::optional<ParsedGemm> p = parse_op(f[0], why)) {
         if (!parse_params(f[1], *p, why)) fail(why);

@@ -5,11 +5,12 @@
 //   <op signature>,<params signature>,<solution>[,<milliseconds>[,BLAS_PARAMS: ...]]
 //
 // Reading is strict where torch is silent: a line that is neither (too few fields, an empty
-// field, a time that is not a number, a GemmTunableOp line whose signatures do not parse, an
-// untuned line without a solution, two values for one validator) is a ValueError naming the
-// file and line, instead of being skipped unnoticed. Blank lines and CR line ends are
-// accepted. Entries whose op cudakit does not run (batched, scaled, complex GEMMs from a torch
-// file) are kept verbatim, so reading and writing a file loses nothing.
+// field, a time that is not a number, a GemmTunableOp or GemmStridedBatchedTunableOp line
+// whose signatures do not parse, an untuned line without a solution, two values for one
+// validator) is a ValueError naming the file and line, instead of being skipped unnoticed.
+// Blank lines and CR line ends are accepted. Entries whose op cudakit does not run (scaled,
+// complex, GemmAndBias GEMMs from a torch file) are kept verbatim, so reading and writing a
+// file loses nothing.
 //
 // Thread-safety: pure functions.
 #pragma once

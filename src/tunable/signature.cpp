@@ -20,7 +20,7 @@ const char* type_name(const GemmArgs& g) {
 }
 
 std::string op_signature(const GemmArgs& g) {
-  std::string s = "GemmTunableOp_";
+  std::string s = g.batch != 1 ? "GemmStridedBatchedTunableOp_" : "GemmTunableOp_";
   s += type_name(g);
   s += '_';
   s += g.transpose_a ? 'T' : 'N';
@@ -33,6 +33,7 @@ std::string params_signature(const GemmArgs& g) {
   s += g.transpose_a ? 't' : 'n';
   s += g.transpose_b ? 't' : 'n';
   for (int v : {g.m, g.n, g.k}) s += '_' + std::to_string(v);
+  if (g.batch != 1) s += "_B_" + std::to_string(g.batch);
   s += "_ld";
   for (int v : {g.lda, g.ldb, g.ldc}) s += '_' + std::to_string(v);
   return s;
@@ -60,15 +61,23 @@ bool parse_dim(const std::string& s, std::int64_t& out, bool allow_zero) {
   return out <= INT32_MAX && (allow_zero || out > 0);
 }
 
+constexpr const char* kPlainPrefix = "GemmTunableOp_";
+constexpr const char* kBatchedPrefix = "GemmStridedBatchedTunableOp_";
+
 }  // namespace
 
+bool is_gemm_op(const std::string& op) {
+  return op.rfind(kPlainPrefix, 0) == 0 || op.rfind(kBatchedPrefix, 0) == 0;
+}
+
 std::optional<ParsedGemm> parse_op(const std::string& op, std::string& why) {
-  static const std::string prefix = "GemmTunableOp_";
-  if (op.rfind(prefix, 0) != 0) {
-    why = "'" + op + "' is not a GemmTunableOp (cudakit tunes plain GEMMs only)";
+  const bool batched = op.rfind(kBatchedPrefix, 0) == 0;
+  if (!batched && op.rfind(kPlainPrefix, 0) != 0) {
+    why = "'" + op + "' is neither a GemmTunableOp nor a GemmStridedBatchedTunableOp (cudakit "
+          "tunes plain and strided batched GEMMs only)";
     return std::nullopt;
   }
-  const std::string rest = op.substr(prefix.size());
+  const std::string rest = op.substr(std::string(batched ? kBatchedPrefix : kPlainPrefix).size());
   const std::size_t us = rest.rfind('_');
   if (us == std::string::npos || rest.size() - us != 3) {
     why = "'" + op + "' does not end in _NN, _NT, _TN or _TT";
@@ -76,6 +85,7 @@ std::optional<ParsedGemm> parse_op(const std::string& op, std::string& why) {
   }
   const std::string type = rest.substr(0, us), layout = rest.substr(us + 1);
   ParsedGemm p;
+  p.batched = batched;
   if (type == "float") {
     p.type = GemmType::float32;
   } else if (type == "tf32") {
@@ -104,10 +114,30 @@ std::optional<ParsedGemm> parse_op(const std::string& op, std::string& why) {
 }
 
 bool parse_params(const std::string& params, ParsedGemm& into, std::string& why) {
-  const std::vector<std::string> f = split(params, '_');
+  std::vector<std::string> f = split(params, '_');
+  // "_B_<batch>" after k: a strided batch. Taken out here, so the rest reads like a plain
+  // GEMM's params (both with and without the "_ld_" part).
+  const bool has_batch = f.size() >= 6 && f[4] == "B";
+  std::string batch_field;
+  if (has_batch) {
+    batch_field = f[5];
+    f.erase(f.begin() + 4, f.begin() + 6);
+  }
   const bool with_ld = f.size() == 8 && f[4] == "ld";
   if (!(with_ld || f.size() == 4) || f[0].size() != 2) {
-    why = "params '" + params + "' are not <ta><tb>_<m>_<n>_<k>[_ld_<lda>_<ldb>_<ldc>]";
+    why = "params '" + params + "' are not <ta><tb>_<m>_<n>_<k>" +
+          (into.batched ? "_B_<batch>" : "") + "[_ld_<lda>_<ldb>_<ldc>]";
+    return false;
+  }
+  if (has_batch != into.batched) {
+    why = "params '" + params + "' " +
+          (has_batch ? "have a batch (_B_) but their op is a plain GemmTunableOp"
+                     : "have no batch (_B_<batch>) but their op is a GemmStridedBatchedTunableOp");
+    return false;
+  }
+  into.batch = 1;
+  if (has_batch && !parse_dim(batch_field, into.batch, true)) {
+    why = "params '" + params + "': the batch count must be a whole number below 2^31";
     return false;
   }
   const char ta = f[0][0], tb = f[0][1];

@@ -9,6 +9,15 @@
 // cudakit.matmul and by torch.mm on the same tensors have the same signatures. Older torch
 // wrote params without the "_ld_..." part; parse_params accepts both.
 //
+// Strided batches (GemmArgs::batch > 1; torch's GemmStridedBatchedTunableOp, torch.bmm):
+//   op:     "GemmStridedBatchedTunableOp_<type>_<TA><TB>"   (types as above)
+//   params: "<ta><tb>_<m>_<n>_<k>_B_<batch>_ld_<lda>_<ldb>_<ldc>"   (older torch: no "_ld_...")
+// The batch strides are not part of torch's signatures, so problems that differ only in their
+// strides share one results-file entry; the dispatch key (GemmKey) keeps them apart, since a
+// plan is bound to its strides. A batch of 1 is a plain GEMM to cudakit: it has the plain
+// signatures (torch.bmm of one matrix pair records a "_B_1" line, which cudakit reads and tunes
+// as that plain GEMM).
+//
 // Thread-safety: pure functions.
 #pragma once
 
@@ -34,20 +43,30 @@ struct ParsedGemm {
   bool transpose_a = false, transpose_b = false;
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t lda = 0, ldb = 0, ldc = 0;  // 0 when the params carried none
+  bool batched = false;                    // a GemmStridedBatchedTunableOp
+  std::int64_t batch = 1;                  // from "_B_<batch>" (batched ops only)
 };
 
-// The op signature's parts: nullopt (with `why`) when it is no GemmTunableOp of a type cudakit
-// runs (batched, scaled, complex, ...). `op` must start with "GemmTunableOp_".
+// The op signature's parts: nullopt (with `why`) when it is neither a GemmTunableOp nor a
+// GemmStridedBatchedTunableOp of a type cudakit runs (scaled, complex, GemmAndBias, ...).
 std::optional<ParsedGemm> parse_op(const std::string& op, std::string& why);
-// Fills shape and leading dimensions from params; false (with `why`) when malformed or when
-// its transposes disagree with the op's.
+// Fills shape, batch and leading dimensions from params; false (with `why`) when malformed,
+// when its transposes disagree with the op's, or when it has a batch and the op has none (or
+// the other way round).
 bool parse_params(const std::string& params, ParsedGemm& into, std::string& why);
+// Whether `op` starts like a GEMM op cudakit parses (plain or strided batched), whatever its
+// type: the lines results files validate strictly.
+bool is_gemm_op(const std::string& op);
 
-// The dispatch cache's key: everything a plan depends on. Trivially copyable and compared
-// bytewise (constructed zeroed, so padding never differs).
+// The dispatch cache's key: everything a plan depends on, the batch and its strides included
+// (strides zeroed for a single product, which ignores them). Trivially copyable and compared
+// bytewise (constructed zeroed, so padding never differs; the layout below has none: 64
+// bytes).
 struct GemmKey {
   std::int32_t device;
   std::int32_t m, n, k, lda, ldb, ldc;
+  std::int32_t batch;
+  std::int64_t stride_a, stride_b, stride_c;
   std::uint16_t align_a, align_b, align_c;
   std::uint8_t type;
   std::uint8_t flags;  // bit 0: transpose_a, 1: transpose_b, 2: allow_tf32
@@ -62,6 +81,12 @@ struct GemmKey {
     key.lda = g.lda;
     key.ldb = g.ldb;
     key.ldc = g.ldc;
+    key.batch = g.batch;
+    if (g.batch != 1) {
+      key.stride_a = g.stride_a;
+      key.stride_b = g.stride_b;
+      key.stride_c = g.stride_c;
+    }
     key.align_a = static_cast<std::uint16_t>(cudakit::detail::pointer_alignment(g.a));
     key.align_b = static_cast<std::uint16_t>(cudakit::detail::pointer_alignment(g.b));
     key.align_c = static_cast<std::uint16_t>(cudakit::detail::pointer_alignment(g.c));
@@ -72,12 +97,13 @@ struct GemmKey {
   }
   bool operator==(const GemmKey& o) const noexcept { return std::memcmp(this, &o, sizeof o) == 0; }
   std::size_t hash() const noexcept {
-    // FNV-1a over the bytes: 36 bytes, a few nanoseconds.
+    // FNV-1a over the bytes: 64 bytes, a few nanoseconds.
     std::uint64_t h = 1469598103934665603ull;
     const auto* p = reinterpret_cast<const unsigned char*>(this);
     for (std::size_t i = 0; i < sizeof(GemmKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
     return static_cast<std::size_t>(h);
   }
 };
+static_assert(sizeof(GemmKey) == 64, "GemmKey has padding: bytewise comparison needs none");
 
 }  // namespace cudakit::tunable::detail

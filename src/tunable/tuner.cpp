@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -91,9 +92,11 @@ struct Sizes {
 
 Sizes operand_sizes(const GemmArgs& g) {
   const std::size_t e = elem_size(g.type);
-  return {operand_bytes(g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda, e),
-          operand_bytes(g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb, e),
-          operand_bytes(g.m, g.n, g.ldc, e)};
+  return {batch_operand_bytes(g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda,
+                              g.stride_a, g.batch, e),
+          batch_operand_bytes(g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb,
+                              g.stride_b, g.batch, e),
+          batch_operand_bytes(g.m, g.n, g.ldc, g.stride_c, g.batch, e)};
 }
 
 OperandSets make_sets(int device, StreamHandle s, const GemmArgs& g, std::int64_t rotating) {
@@ -224,21 +227,27 @@ double element(const std::vector<unsigned char>& c, std::size_t at, GemmType t) 
   return 0;
 }
 
-// allclose(got, ref, rtol, atol) over the m x n elements (NaN never matches).
+// allclose(got, ref, rtol, atol) over the m x n elements of every product of the batch (NaN
+// never matches).
 bool allclose(const std::vector<unsigned char>& got, const std::vector<unsigned char>& ref,
               const GemmArgs& g, const NumericalCheck& tol, double& worst) {
   worst = 0;
-  for (int j = 0; j < g.n; ++j)
-    for (int i = 0; i < g.m; ++i) {
-      const std::size_t at = static_cast<std::size_t>(j) * g.ldc + static_cast<std::size_t>(i);
-      const double x = element(got, at, g.type), r = element(ref, at, g.type);
-      const double err = std::fabs(x - r);
-      if (!(err <= tol.atol + tol.rtol * std::fabs(r))) {
-        worst = std::isnan(err) ? err : std::max(worst, err);
-        return false;
+  const std::int64_t stride = g.batch == 1 ? 0 : g.stride_c;
+  for (std::int64_t b = 0; b < g.batch; ++b) {
+    for (int j = 0; j < g.n; ++j) {
+      for (int i = 0; i < g.m; ++i) {
+        const std::size_t at = static_cast<std::size_t>(b * stride) +
+                               static_cast<std::size_t>(j) * g.ldc + static_cast<std::size_t>(i);
+        const double x = element(got, at, g.type), r = element(ref, at, g.type);
+        const double err = std::fabs(x - r);
+        if (!(err <= tol.atol + tol.rtol * std::fabs(r))) {
+          worst = std::isnan(err) ? err : std::max(worst, err);
+          return false;
+        }
+        worst = std::max(worst, err);
       }
-      worst = std::max(worst, err);
     }
+  }
   return true;
 }
 
@@ -352,6 +361,20 @@ std::unique_lock<std::mutex> tuning_lock() {
 std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t elem) {
   if (rows <= 0 || cols <= 0) return 0;
   return static_cast<std::size_t>((cols - 1) * ld + rows) * elem;
+}
+
+std::size_t batch_operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                std::int64_t stride, std::int64_t batch, std::size_t elem) {
+  const std::size_t one = operand_bytes(rows, cols, ld, elem);
+  if (one == 0 || batch <= 1 || stride <= 0) return batch == 0 ? 0 : one;
+  // A batch read from a file can name more memory than a size_t holds: SIZE_MAX then, which
+  // no allocation satisfies (an OutOfMemoryError naming the size, not a wrapped small buffer).
+  std::size_t span = 0, bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(batch - 1), static_cast<std::size_t>(stride), &span) ||
+      __builtin_mul_overflow(span, elem, &bytes) || __builtin_add_overflow(bytes, one, &bytes)) {
+    return SIZE_MAX;
+  }
+  return bytes;
 }
 
 std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmArgs& g) {

@@ -2,6 +2,9 @@
 // cheaper so that more candidates fit in the same time). Internal header.
 //
 // On the caller's stream, after the work already queued there:
+// A strided batch is tuned as one problem (GemmArgs::batch, the strides): the copies below span
+// every matrix of each operand, and the numerical check compares every product of the batch.
+//
 //   1. Operands: the caller's C is never written. Timing runs on copies: one set {A, B, C}
 //      when the rotating buffer is off (the caller's A and B, a scratch C); otherwise as many
 //      copies of {A, B, C} as fill the rotating size (+1, as torch), carved from one allocation
@@ -82,5 +85,10 @@ std::optional<TuneOutcome> find_fastest(int device, cudakit::detail::StreamHandl
 
 // Bytes one stored operand occupies: (cols - 1) * ld + rows elements of `elem` bytes.
 std::size_t operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t elem);
+// The same for all matrices of a strided batch (stride >= 0 elements between them): the last
+// matrix ends (batch - 1) * stride elements after the first. One matrix for batch <= 1 or a
+// stride-0 (broadcast) operand.
+std::size_t batch_operand_bytes(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                std::int64_t stride, std::int64_t batch, std::size_t elem);
 
 }  // namespace cudakit::tunable::detail
