@@ -85,7 +85,7 @@ TEST(TunableFile, ReadsTorchsFormat) {
   EXPECT_EQ(e.solution, "Gemm_Hipblaslt_NN_52565");
   EXPECT_DOUBLE_EQ(e.time_ms, 0.0653662);
   EXPECT_EQ(f.results["GemmTunableOp_float_NT"]["nt_256_128_512"].solution, "Gemm_Rocblas_21");
-  EXPECT_EQ(f.results["GemmStridedBatchedTunableOp_Half_TN"].size(), 1u);  // kept verbatim
+  EXPECT_EQ(f.results["GemmStridedBatchedTunableOp_Half_TN"].size(), 1u);  // a batched entry
   EXPECT_DOUBLE_EQ(f.results["GemmTunableOp_BFloat16_TN"]["tn_512_256_4096_ld_4096_4096_512"].time_ms, 0.1);
   // The time is optional.
   td::ResultsFile g = td::parse_results("Validator,PT_VERSION,2.11.0\nGemmTunableOp_float_NN,nn_1_2_3,Default\n", "x");
@@ -228,7 +228,7 @@ TEST(TunableSignature, ParsesBothParamsForms) {
   EXPECT_EQ(p->lda, 0);
   EXPECT_FALSE(td::parse_op("GemmTunableOp_c10::complex<float>_NN", why));
   EXPECT_NE(why.find("not one cudakit multiplies"), std::string::npos);
-  EXPECT_FALSE(td::parse_op("GemmStridedBatchedTunableOp_float_NN", why));
+  EXPECT_FALSE(td::parse_op("GemmAndBiasTunableOp_float_NN", why));  // batched: test_tunable_batched
   EXPECT_FALSE(td::parse_params("nn_99999999999_1_1", *p, why));
 }
 
@@ -627,8 +627,8 @@ TEST_F(TunableTest, RecordsUntunedProblemsOnce) {
                        "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,tn_16_16_16_ld_16_16_16_rw_0_bias_None\n");
   tunable::tune_gemm_in_file(untuned.string());
   auto r = tunable::get_results();
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_NE(warnings().find("GemmStridedBatchedTunableOp"), std::string::npos) << warnings();
+  ASSERT_EQ(r.size(), 3u);  // the two plain lines and the batched one; the scaled one skipped
+  EXPECT_EQ(warnings().find("skips GemmStridedBatchedTunableOp"), std::string::npos) << warnings();
   EXPECT_NE(warnings().find("ScaledGemmTunableOp"), std::string::npos) << warnings();
   spit(dir_ / "bad.csv", "GemmTunableOp_float_NN,nn_1_1_1\nGemmTunableOp_float_NN,nn_one_1_1\n");
   try {
