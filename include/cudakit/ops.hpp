@@ -77,8 +77,17 @@ Tensor& div_(Tensor& a, const Scalar& b);
 // Sum of all elements as a 0-d tensor (integers and bool sum to int64), or over `dim`.
 Tensor sum(const Tensor& a);
 
-// Matrix product of 1-D/2-D operands (float16, bfloat16, float32, float64); cuBLAS on the
-// GPU, a reference implementation on host/emulated.
+// torch.matmul (float16, bfloat16, float32, float64; both operands of one dtype): a 1-D first
+// operand is a row and a 1-D second one a column, the added dim removed from the result again
+// (1-D @ 1-D is a 0-d dot product); dims before the last two are batch dims and broadcast
+// ((2, 1, 3, 4) @ (5, 4, 6) is (2, 5, 3, 6)). The result is contiguous. Device tensors run one
+// backend GEMM (cuBLAS on cuda, CBLAS on emulated; through TunableOp when enabled): a plain
+// one for 1-D / 2-D operands and for an N-D operand against a matrix whose batch folds into
+// its rows (as torch folds it), else one strided batched GEMM, with a broadcast operand read
+// in place (batch stride 0) and only batches that no single stride describes copied first.
+// Host tensors run a reference loop on the calling thread's order. ValueError, worded as
+// torch's, for inner sizes that differ, batch dims that do not broadcast, 0-d operands and
+// other dtypes.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // torch.backends.cuda.matmul.allow_tf32: lets float32 GEMMs use TF32 tensor cores.

@@ -1,10 +1,13 @@
 #include "ops/blas.hpp"
 
+#include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -108,21 +111,85 @@ Workspace workspace(int device, detail::StreamHandle s) {
 
 }  // namespace
 
-void ops::blas_gemm(int device, detail::StreamHandle s, const Tensor& a0, const Tensor& b0,
-                    Tensor& out, bool allow_tf32) {
-  // BLAS is column-major: compute out^T[n,m] = b^T[n,k] @ a^T[k,m], where a row-major
-  // (stride(1) == 1) operand is its own transpose in column-major terms.
-  auto layout = [](const Tensor& t, bool& transpose, int& ld) -> Tensor {
-    if (t.stride(1) == 1 && t.stride(0) >= std::max<std::int64_t>(1, t.size(1))) {
-      transpose = false; ld = static_cast<int>(t.stride(0)); return t;
-    }
-    if (t.stride(0) == 1 && t.stride(1) >= std::max<std::int64_t>(1, t.size(0))) {
-      transpose = true; ld = static_cast<int>(t.stride(1)); return t;
-    }
-    Tensor c = t.contiguous();
-    transpose = false; ld = static_cast<int>(std::max<std::int64_t>(1, c.size(1)));
-    return c;
-  };
+namespace {
+
+std::int64_t product(const Shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t v : s) n *= v;
+  return n;
+}
+
+Shape with_matrix(const Shape& batch, const Tensor& t) {
+  Shape full = batch;
+  full.push_back(t.size(-2));
+  full.push_back(t.size(-1));
+  return full;
+}
+
+// The single stride of `expanded`'s batch dims (the view of its batch dims as one dim), or
+// nullopt when they do not flatten to one.
+std::optional<std::int64_t> single_batch_stride(const Tensor& expanded, std::size_t batch_dims) {
+  if (batch_dims == 0) return 0;
+  const Shape sizes(expanded.sizes().begin(), expanded.sizes().begin() + static_cast<std::ptrdiff_t>(batch_dims));
+  const Shape strides(expanded.strides().begin(), expanded.strides().begin() + static_cast<std::ptrdiff_t>(batch_dims));
+  std::optional<Shape> flat = compute_view_strides(sizes, strides, Shape{product(sizes)});
+  if (!flat) return std::nullopt;
+  return (*flat)[0];
+}
+
+// Row- or column-major with a leading dimension BLAS takes (at least the stored rows, below
+// 2^31), or nullopt.
+std::optional<std::pair<bool, int>> blas_layout(const Tensor& t) {
+  const std::int64_t rows = t.size(-2), cols = t.size(-1), s0 = t.stride(-2), s1 = t.stride(-1);
+  if (s1 == 1 && s0 >= std::max<std::int64_t>(1, cols) && s0 <= INT_MAX) {
+    return std::pair{false, static_cast<int>(s0)};
+  }
+  if (s0 == 1 && s1 >= std::max<std::int64_t>(1, rows) && s1 <= INT_MAX) {
+    return std::pair{true, static_cast<int>(s1)};
+  }
+  return std::nullopt;
+}
+
+std::optional<ops::BlasOperand> try_operand(const Tensor& t, const Shape& batch) {
+  Tensor e = t.expand(with_matrix(batch, t));
+  std::optional<std::int64_t> stride = single_batch_stride(e, batch.size());
+  if (!stride) return std::nullopt;
+  std::optional<std::pair<bool, int>> layout = blas_layout(e);
+  if (!layout) return std::nullopt;
+  return ops::BlasOperand{ops::BatchView{std::move(e), *stride}, layout->first, layout->second};
+}
+
+}  // namespace
+
+ops::BatchView ops::batch_view(const Tensor& t, const Shape& batch) {
+  Tensor e = t.expand(with_matrix(batch, t));
+  if (std::optional<std::int64_t> stride = single_batch_stride(e, batch.size())) {
+    return BatchView{std::move(e), *stride};
+  }
+  Tensor dense = e.contiguous();  // the broadcast materialised: matrices back to back
+  const std::int64_t stride = dense.size(-2) * dense.size(-1);
+  return BatchView{std::move(dense), stride};
+}
+
+ops::BlasOperand ops::blas_operand(const Tensor& t, const Shape& batch) {
+  if (std::optional<BlasOperand> as_is = try_operand(t, batch)) return *as_is;
+  // The matrices are neither row- nor column-major (or their batch does not flatten): the
+  // operand itself made contiguous first, which keeps a broadcast (stride 0) batch and copies
+  // only the operand's own matrices.
+  if (!t.is_contiguous()) {
+    if (std::optional<BlasOperand> dense = try_operand(t.contiguous(), batch)) return *dense;
+  }
+  // A broadcast that mixes broadcast and real batch dims ((2, 1) against (1, 5)): one copy
+  // per product, contiguous, which always flattens.
+  std::optional<BlasOperand> full = try_operand(t.expand(with_matrix(batch, t)).contiguous(), batch);
+  if (!full) throw Error("matmul: internal error: a contiguous operand has no BLAS layout");
+  return *full;
+}
+
+void ops::blas_gemm(int device, detail::StreamHandle s, const BlasOperand& a, const BlasOperand& b,
+                    Tensor& out, std::int64_t batch, bool allow_tf32) {
+  // BLAS is column-major: compute out^T[n,m] = b^T[n,k] @ a^T[k,m] for each product, where a
+  // row-major operand is its own transpose in column-major terms.
   detail::GemmArgs g;
   switch (out.dtype()) {
     case DType::float32: g.type = detail::GemmType::float32; break;
@@ -133,29 +200,45 @@ void ops::blas_gemm(int device, detail::StreamHandle s, const Tensor& a0, const 
       throw ValueError(std::string("matmul supports float16, bfloat16, float32 and float64, not ") +
                        dtype_name(out.dtype()));
   }
-  bool ta = false, tb = false;
-  Tensor a = layout(a0, ta, g.ldb), b = layout(b0, tb, g.lda);
   // Swapped roles: BLAS's A is our b, BLAS's B is our a.
-  g.transpose_a = tb;
-  g.transpose_b = ta;
-  g.m = static_cast<int>(b.size(1));
-  g.n = static_cast<int>(a.size(0));
-  g.k = static_cast<int>(a.size(1));
-  g.a = b.data_ptr();
-  g.b = a.data_ptr();
-  g.c = out.data_ptr();
+  g.transpose_a = b.col_major;
+  g.transpose_b = a.col_major;
+  g.lda = b.ld;
+  g.ldb = a.ld;
+  g.m = static_cast<int>(b.v.t.size(-1));
+  g.n = static_cast<int>(a.v.t.size(-2));
+  g.k = static_cast<int>(a.v.t.size(-1));
   g.ldc = g.m;
   g.allow_tf32 = allow_tf32;
+  const std::int64_t stride_c = static_cast<std::int64_t>(g.m) * g.n;
   // The operands (including contiguous copies made above) live until the product ran.
-  g.keep_alive = std::make_shared<const std::array<std::shared_ptr<Storage>, 3>>(
-      std::array<std::shared_ptr<Storage>, 3>{a.storage(), b.storage(), out.storage()});
+  const auto keep = std::make_shared<const std::array<std::shared_ptr<Storage>, 3>>(
+      std::array<std::shared_ptr<Storage>, 3>{a.v.t.storage(), b.v.t.storage(), out.storage()});
   Workspace ws = workspace(device, s);
-  g.workspace = ws.ptr;
-  g.workspace_bytes = ws.bytes;
-  // TunableOp hook: the backend's GEMM, or the tuned solution when TunableOp is enabled
-  // (src/tunable/dispatch.hpp; one relaxed atomic load when it is not). A capture's workspace
-  // (ws.owned) is freed when this returns: the product is enqueued, and reuse is ordered on s.
-  tunable::detail::gemm(device, s, std::move(g));
+  const std::size_t elem = out.element_size();
+  // cuBLAS counts a batch in an int: a larger one runs as several strided batches (the same
+  // workspace, in stream order).
+  for (std::int64_t first = 0; first < batch; first += INT_MAX) {
+    const std::int64_t count = std::min<std::int64_t>(INT_MAX, batch - first);
+    detail::GemmArgs part = g;
+    part.batch = static_cast<int>(count);
+    if (count > 1) {
+      part.stride_a = b.v.stride;
+      part.stride_b = a.v.stride;
+      part.stride_c = stride_c;
+    }
+    part.a = static_cast<const unsigned char*>(b.v.t.data_ptr()) + first * b.v.stride * static_cast<std::int64_t>(elem);
+    part.b = static_cast<const unsigned char*>(a.v.t.data_ptr()) + first * a.v.stride * static_cast<std::int64_t>(elem);
+    part.c = static_cast<unsigned char*>(out.data_ptr()) + first * stride_c * static_cast<std::int64_t>(elem);
+    part.keep_alive = keep;
+    part.workspace = ws.ptr;
+    part.workspace_bytes = ws.bytes;
+    // TunableOp hook: the backend's GEMM, or the tuned solution when TunableOp is enabled
+    // (src/tunable/dispatch.hpp; one relaxed atomic load when it is not). A capture's
+    // workspace (ws.owned) is freed when this returns: the products are enqueued, and reuse is
+    // ordered on s.
+    tunable::detail::gemm(device, s, std::move(part));
+  }
 }
 
 }  // namespace cudakit

@@ -160,24 +160,27 @@ void cpu_sum(const void* in, const OffsetCalc<1>& calc, std::int64_t n, int in_d
 }
 
 void cpu_matmul(const void* A, std::int64_t sa0, std::int64_t sa1, const void* B, std::int64_t sb0,
-                std::int64_t sb1, void* Cp, std::int64_t m, std::int64_t n, std::int64_t k, int dtype) {
+                std::int64_t sb1, void* Cp, std::int64_t m, std::int64_t n, std::int64_t k, int dtype,
+                std::int64_t batch, std::int64_t batch_a, std::int64_t batch_b) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_complex_t<T>::value || std::is_integral_v<T>) {
       throw NotSupportedError("matmul supports float16, bfloat16, float32 and float64");
     } else {
-      auto* a = static_cast<const T*>(A);
-      auto* b = static_cast<const T*>(B);
-      auto* c = static_cast<T*>(Cp);
-      // Accumulate in double so the reference is more accurate than any GPU path.
-      for (std::int64_t i = 0; i < m; ++i)
-        for (std::int64_t j = 0; j < n; ++j) {
-          double acc = 0;
-          for (std::int64_t p = 0; p < k; ++p)
-            acc += static_cast<double>(load_c(a[i * sa0 + p * sa1])) *
-                   static_cast<double>(load_c(b[p * sb0 + j * sb1]));
-          c[i * n + j] = convert<T>(acc);
-        }
+      for (std::int64_t q = 0; q < batch; ++q) {
+        auto* a = static_cast<const T*>(A) + q * batch_a;
+        auto* b = static_cast<const T*>(B) + q * batch_b;
+        auto* c = static_cast<T*>(Cp) + q * m * n;
+        // Accumulate in double so the reference is more accurate than any GPU path.
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < n; ++j) {
+            double acc = 0;
+            for (std::int64_t p = 0; p < k; ++p)
+              acc += static_cast<double>(load_c(a[i * sa0 + p * sa1])) *
+                     static_cast<double>(load_c(b[p * sb0 + j * sb1]));
+            c[i * n + j] = convert<T>(acc);
+          }
+      }
     }
   });
 }

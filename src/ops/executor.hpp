@@ -64,10 +64,13 @@ void cpu_arange(const ArangeArgs& a, int dtype);
 // Sums n elements (offsets from calc) of dtype `in_dtype` into *out of `out_dtype`.
 void cpu_sum(const void* in, const OffsetCalc<1>& calc, std::int64_t n, int in_dtype,
              void* out, int out_dtype);
-// C[m,n] = A[m,k] @ B[k,n] with element strides (row, col) for each.
+// C_i[m,n] = A_i[m,k] @ B_i[k,n] for i in [0, batch), with element strides (row, col) for
+// each matrix and (batch_a, batch_b) between consecutive A / B matrices (0: one broadcast
+// matrix); C is contiguous ([batch, m, n]).
 void cpu_matmul(const void* A, std::int64_t sa0, std::int64_t sa1, const void* B,
                 std::int64_t sb0, std::int64_t sb1, void* C, std::int64_t m, std::int64_t n,
-                std::int64_t k, int dtype);
+                std::int64_t k, int dtype, std::int64_t batch = 1, std::int64_t batch_a = 0,
+                std::int64_t batch_b = 0);
 void cpu_sample(const rng::SampleArgs& a);
 
 // ---- CUDA launchers (NotSupportedError when built without kernels) ----

@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "cudakit/error.hpp"
-#include "ops/blas.hpp"
 #include "kernels/compare_pow.hpp"
 #include "ops/executor.hpp"
 #include "ops/promotion.hpp"
@@ -339,46 +338,5 @@ Tensor sum(const Tensor& a) {
 
 void set_matmul_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 bool matmul_allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
-
-Tensor matmul(const Tensor& a0, const Tensor& b0) {
-  check_same_device(a0, b0, "matmul");
-  if (a0.dim() < 1 || a0.dim() > 2 || b0.dim() < 1 || b0.dim() > 2)
-    throw ValueError("matmul supports 1-D and 2-D operands (got " + std::to_string(a0.dim()) + "-D and " +
-                     std::to_string(b0.dim()) + "-D); reshape batched inputs yourself");
-  if (a0.dtype() != b0.dtype())
-    throw ValueError(std::string("matmul: expected both operands to have the same dtype, got ") +
-                     dtype_name(a0.dtype()) + " and " + dtype_name(b0.dtype()));
-  DType t = a0.dtype();
-  if (!is_floating_point(t))
-    throw ValueError(std::string("matmul supports float16, bfloat16, float32 and float64, not ") + dtype_name(t));
-  Tensor a = a0.dim() == 1 ? a0.unsqueeze(0) : a0;
-  Tensor b = b0.dim() == 1 ? b0.unsqueeze(1) : b0;
-  if (a.size(1) != b.size(0))
-    throw ValueError("matmul: shapes " + shape_str(a0.sizes()) + " and " + shape_str(b0.sizes()) +
-                     " cannot be multiplied (" + std::to_string(a.size(1)) + " != " + std::to_string(b.size(0)) + ")");
-  std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor out = empty({m, n}, TensorOptions{t, a.device(), false});
-  Device d = a.device();
-  if (!d.is_cpu()) {  // the backend's GEMM (cuBLAS / CBLAS), stream-ordered
-    if (m * n == 0) {
-    } else if (k == 0) {
-      out.zero_();
-    } else {
-      sanitize("matmul", d, {{&a, "self"}, {&b, "other"}}, {{&out, nullptr}});
-      blas_gemm(d.index, stream_for(d), a, b, out, matmul_allow_tf32());
-    }
-  } else if (m * n > 0) {
-    const void* A = a.data_ptr();
-    const void* B = b.data_ptr();
-    void* C = out.data_ptr();
-    auto sa0 = a.stride(0), sa1 = a.stride(1), sb0 = b.stride(0), sb1 = b.stride(1);
-    run_cpu(d, {out.storage(), a.storage(), b.storage()},
-            [=] { cpu_matmul(A, sa0, sa1, B, sb0, sb1, C, m, n, k, code(t)); }, "ck_matmul");
-  }
-  if (a0.dim() == 1 && b0.dim() == 1) return out.view({});
-  if (a0.dim() == 1) return out.view({n});
-  if (b0.dim() == 1) return out.view({m});
-  return out;
-}
 
 }  // namespace cudakit
