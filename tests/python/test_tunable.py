@@ -167,6 +167,23 @@ def test_dtypes_and_transposes_have_torchs_signatures(tuned):
     assert result_for("nn_9_5_7_ld_9_7_9")[0][0] == "GemmTunableOp_double_NN"
 
 
+def test_batched_matmul_is_tuned_under_torchs_bmm_signature(tuned):
+    a, b = rand(6, 10, 12), rand(6, 12, 14)
+    c = a @ b
+    np.testing.assert_allclose(to_np(c), to_np(a) @ to_np(b), rtol=1e-5, atol=1e-5)
+    # torch.bmm(a, b)'s signatures: the BLAS product b^T a^T of each pair, 6 of them.
+    (row,) = result_for("nn_14_10_12_B_6_ld_14_12_14")
+    assert row[0] == "GemmStridedBatchedTunableOp_float_NN" and row[3] > 0
+    assert f"GemmStridedBatchedTunableOp_float_NN,nn_14_10_12_B_6_ld_14_12_14,{row[2]}," in tuned.read_text()
+    # One matrix against the batch (read in place, batch stride 0): the same signature, as the
+    # strides are not in torch's, so the recorded solution runs and nothing is tuned again.
+    w = rand(10, 12)
+    n_before = len(tunable.get_results())
+    np.testing.assert_allclose(to_np(w @ b), to_np(w) @ to_np(b), rtol=1e-5, atol=1e-5)
+    assert len(tunable.get_results()) == n_before
+    assert tuned.read_text().count("nn_14_10_12_B_6_ld_14_12_14") == 1
+
+
 def test_disabled_records_nothing(tmp_path):
     assert not tunable.is_enabled()
     before = len(tunable.get_results())
