@@ -2,6 +2,8 @@
 // (compile time, wherever the headers are), and on a GPU every candidate the backend offers
 // for the benchmark's shapes computes the same product as cuBLAS, names round-trip through
 // gemm_plan, torch's numbered names resolve, and the validators name the library versions.
+// Strided batches: cublasGemmStridedBatchedEx and every batched cuBLASLt plan against the
+// products of the batch run one by one, and a batch tuned through tunable::gemm_strided_batched.
 // Skips cleanly without a GPU (CI); scripts/gpu-check.sh runs it on the H200.
 #include <gtest/gtest.h>
 
@@ -16,6 +18,7 @@
 #include "backend/backend.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/libraries.hpp"
+#include "cudakit/tunable.hpp"
 #include "kernels/numeric.hpp"
 
 #if defined(CUDAKIT_WITH_CUDA)
@@ -45,6 +48,8 @@ static_assert(offsetof(lt::LtHeuristicResult, waves_count) ==
               offsetof(cublasLtMatmulHeuristicResult_t, wavesCount));
 static_assert(lt::kLtDescTransA == CUBLASLT_MATMUL_DESC_TRANSA);
 static_assert(lt::kLtDescTransB == CUBLASLT_MATMUL_DESC_TRANSB);
+static_assert(lt::kLtLayoutBatchCount == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
+static_assert(lt::kLtLayoutStridedBatchOffset == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
 static_assert(lt::kLtPrefMaxWorkspaceBytes == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
 static_assert(lt::kLtPrefMinAlignA == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES);
 static_assert(lt::kLtPrefMinAlignB == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES);
@@ -177,6 +182,115 @@ TEST_F(TunableCuda, EveryCandidateComputesTheProduct) {
     }
     if (n == 16) EXPECT_GT(split, 0) << "no split-K candidate for the skinny shape";
   }
+}
+
+// A bfloat16 strided batch C_i[m x n] = A_i[m x k] B_i[k x n] (packed; B one broadcast matrix
+// when `shared_b`), with the products run one by one through the plain GEMM as reference.
+struct Bf16Batch {
+  int m, n, k, batch;
+  bool shared_b;
+  void *a = nullptr, *b = nullptr, *c = nullptr, *ref = nullptr;
+  std::size_t c_bytes;
+  Bf16Batch(int m_, int n_, int k_, int batch_, bool shared_b_)
+      : m(m_), n(n_), k(k_), batch(batch_), shared_b(shared_b_),
+        c_bytes(std::size_t(m) * n * batch * 2) {
+    Backend& be = cuda();
+    be.set_current_device(0);
+    const std::size_t a_count = std::size_t(m) * k * batch, b_count = std::size_t(k) * n * (shared_b ? 1 : batch);
+    a = be.mem_alloc(0, a_count * 2);
+    b = be.mem_alloc(0, b_count * 2);
+    c = be.mem_alloc(0, c_bytes);
+    ref = be.mem_alloc(0, c_bytes);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (auto [p, count] : {std::pair{a, a_count}, std::pair{b, b_count}}) {
+      std::vector<ops::BFloat16> host(count);
+      for (auto& x : host) x = ops::BFloat16::from_float(u(rng));
+      be.memcpy_async(p, host.data(), count * 2, nullptr);
+    }
+    for (int q = 0; q < batch; ++q) {  // the reference: one plain product per matrix
+      GemmArgs g = args(ref);
+      g.batch = 1;
+      g.a = static_cast<char*>(a) + std::size_t(q) * m * k * 2;
+      g.b = static_cast<char*>(b) + (shared_b ? 0 : std::size_t(q) * k * n * 2);
+      g.c = static_cast<char*>(ref) + std::size_t(q) * m * n * 2;
+      be.gemm(0, nullptr, g);
+    }
+    be.stream_synchronize(nullptr);
+  }
+  ~Bf16Batch() {
+    for (void* p : {a, b, c, ref}) cuda().mem_free(0, p);
+  }
+  GemmArgs args(void* out) const {
+    GemmArgs g;
+    g.type = GemmType::bfloat16;
+    g.m = m, g.n = n, g.k = k;
+    g.a = a, g.b = b, g.c = out;
+    g.lda = m, g.ldb = k, g.ldc = m;
+    g.batch = batch;
+    g.stride_a = std::int64_t(m) * k;
+    g.stride_b = shared_b ? 0 : std::int64_t(k) * n;
+    g.stride_c = std::int64_t(m) * n;
+    return g;
+  }
+  std::vector<float> read(const void* p) const {
+    std::vector<ops::BFloat16> host(c_bytes / 2);
+    cuda().memcpy_async(host.data(), p, c_bytes, nullptr);
+    cuda().stream_synchronize(nullptr);
+    std::vector<float> out(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) out[i] = host[i].to_float();
+    return out;
+  }
+};
+
+TEST_F(TunableCuda, BatchedProductsMatchTheProductsOneByOne) {
+  for (bool shared_b : {false, true}) {
+    Bf16Batch p(256, 128, 512, 8, shared_b);
+    const std::vector<float> ref = p.read(p.ref);
+    cuda().memset_d8_async(p.c, 0xff, p.c_bytes, nullptr);  // NaNs: a skipped product shows
+    cuda().gemm(0, nullptr, p.args(p.c));                   // cublasGemmStridedBatchedEx
+    EXPECT_LT(max_rel_diff(p.read(p.c), ref), 2e-2) << "shared_b " << shared_b;
+    std::vector<GemmPlanPtr> plans = cuda().gemm_candidates(0, p.args(p.c));
+    EXPECT_GE(plans.size(), 4u) << "shared_b " << shared_b;
+    for (const GemmPlanPtr& plan : plans) {
+      void* ws = plan->workspace_bytes() ? cuda().mem_alloc(0, plan->workspace_bytes()) : nullptr;
+      cuda().memset_d8_async(p.c, 0xff, p.c_bytes, nullptr);
+      plan->run(nullptr, p.args(p.c), ws);
+      EXPECT_LT(max_rel_diff(p.read(p.c), ref), 2e-2) << plan->name() << " shared_b " << shared_b;
+      if (ws) cuda().mem_free(0, ws);
+      EXPECT_TRUE(cuda().gemm_plan(0, p.args(p.c), plan->name())) << plan->name();
+    }
+  }
+}
+
+TEST_F(TunableCuda, TunedBatchRunsItsPlan) {
+  Bf16Batch p(64, 4096, 4096, 4, false);  // skinny products: cuBLASLt plans compete
+  const std::vector<float> ref = p.read(p.ref);
+  tunable::set_filename("");
+  tunable::enable(true);
+  tunable::set_max_tuning_iterations(20);
+  tunable::gemm_strided_batched('N', 'N', p.m, p.n, p.k, 1.0, p.a, p.m, std::int64_t(p.m) * p.k, p.b,
+                                p.k, std::int64_t(p.k) * p.n, 0.0, p.c, p.m, std::int64_t(p.m) * p.n,
+                                p.batch, DType::bfloat16);
+  cuda().device_synchronize(0);
+  EXPECT_LT(max_rel_diff(p.read(p.c), ref), 2e-2);
+  std::string solution;
+  for (const tunable::Result& r : tunable::get_results()) {
+    if (r.op_signature == "GemmStridedBatchedTunableOp_BFloat16_NN" &&
+        r.params_signature == "nn_64_4096_4096_B_4_ld_64_4096_64") {
+      solution = r.solution;
+    }
+  }
+  tunable::enable(false);
+  ASSERT_FALSE(solution.empty()) << "the batch was not recorded under torch's signature";
+  if (solution == "Default") return;  // cuBLAS won: nothing more to rebuild
+  GemmPlanPtr plan = cuda().gemm_plan(0, p.args(p.c), solution);
+  ASSERT_TRUE(plan) << solution;
+  void* ws = plan->workspace_bytes() ? cuda().mem_alloc(0, plan->workspace_bytes()) : nullptr;
+  cuda().memset_d8_async(p.c, 0xff, p.c_bytes, nullptr);
+  plan->run(nullptr, p.args(p.c), ws);
+  EXPECT_LT(max_rel_diff(p.read(p.c), ref), 2e-2) << solution;
+  if (ws) cuda().mem_free(0, ws);
 }
 
 TEST_F(TunableCuda, NamesFromFilesResolveOrAreRefused) {
