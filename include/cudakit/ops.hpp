@@ -85,7 +85,7 @@ Tensor sum(const Tensor& a);
 // one for 1-D / 2-D operands and for an N-D operand against a matrix whose batch folds into
 // its rows (as torch folds it), else one strided batched GEMM, with a broadcast operand read
 // in place (batch stride 0) and only batches that no single stride describes copied first.
-// Host tensors run a reference loop on the calling thread's order. ValueError, worded as
+// Host tensors run a reference loop (double accumulation). ValueError, worded as
 // torch's, for inner sizes that differ, batch dims that do not broadcast, 0-d operands and
 // other dtypes.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -1,9 +1,12 @@
 """torch.cuda.tunable: GEMMs tuned across every implementation the backend offers.
 
 When TunableOp is enabled, every matrix product cudakit runs (``cudakit.matmul`` and the C++
-``cudakit::tunable::gemm``) looks its problem up by signature: the operator
-(``GemmTunableOp_BFloat16_NN``: element type and BLAS transposes) and the parameters
-(``nn_4096_16_4096_ld_4096_4096_4096``: BLAS m, n, k and leading dimensions). A known problem
+``cudakit::tunable::gemm`` / ``gemm_strided_batched``) looks its problem up by signature: the
+operator (``GemmTunableOp_BFloat16_NN``: element type and BLAS transposes) and the parameters
+(``nn_4096_16_4096_ld_4096_4096_4096``: BLAS m, n, k and leading dimensions). A matmul of
+N-D operands that runs as one strided batched GEMM has torch.bmm's signatures
+(``GemmStridedBatchedTunableOp_BFloat16_NN``, ``nn_128_128_64_B_96_ld_128_64_128``: the batch
+count after k; batch strides are not part of them, as in torch). A known problem
 runs its recorded solution; an unknown one is tuned (when tuning is enabled), recorded in the
 untuned file (when ``record_untuned_enable()`` and tuning is off), or runs ``Default``, the
 backend's own GEMM (cuBLAS on cuda, CBLAS on the emulated backend).
@@ -234,8 +237,10 @@ def set_numerical_check_tolerances(enable: bool, atol: float = 1e-5, rtol: float
 def tune_gemm_in_file(filename: str) -> None:
     """Tunes every GEMM of an untuned (or results) file on the current device.
 
-    Needs ``is_enabled()`` and ``tuning_is_enabled()``. GEMMs cudakit does not run (batched,
-    scaled, complex) are skipped with a warning; a malformed line raises ValueError.
+    Needs ``is_enabled()`` and ``tuning_is_enabled()``. Plain (``GemmTunableOp``) and strided
+    batched (``GemmStridedBatchedTunableOp``, run with packed batches as torch.bmm's contiguous
+    operands) lines are tuned; GEMMs cudakit does not run (GemmAndBias, scaled, complex) are
+    skipped with a warning naming the op; a malformed line raises ValueError.
     """
     _C._tunable_tune_gemm_in_file(filename)
 
