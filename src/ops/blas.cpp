@@ -138,14 +138,19 @@ std::optional<std::int64_t> single_batch_stride(const Tensor& expanded, std::siz
 }
 
 // Row- or column-major with a leading dimension BLAS takes (at least the stored rows, below
-// 2^31), or nullopt.
+// 2^31), or nullopt. The stride of a dim of size 1 is never used, so it counts as whatever
+// the layout needs (views such as x[None] or expand() leave arbitrary ones there): such
+// matrices need no copy, their leading dimension does not depend on that stride (nor their
+// TunableOp signature), and a contiguous matrix always has a layout.
 std::optional<std::pair<bool, int>> blas_layout(const Tensor& t) {
   const std::int64_t rows = t.size(-2), cols = t.size(-1), s0 = t.stride(-2), s1 = t.stride(-1);
-  if (s1 == 1 && s0 >= std::max<std::int64_t>(1, cols) && s0 <= INT_MAX) {
-    return std::pair{false, static_cast<int>(s0)};
+  const std::int64_t row_ld = rows == 1 ? std::max<std::int64_t>(1, cols) : s0;
+  if ((cols == 1 || s1 == 1) && row_ld >= std::max<std::int64_t>(1, cols) && row_ld <= INT_MAX) {
+    return std::pair{false, static_cast<int>(row_ld)};
   }
-  if (s0 == 1 && s1 >= std::max<std::int64_t>(1, rows) && s1 <= INT_MAX) {
-    return std::pair{true, static_cast<int>(s1)};
+  const std::int64_t col_ld = cols == 1 ? std::max<std::int64_t>(1, rows) : s1;
+  if ((rows == 1 || s0 == 1) && col_ld >= std::max<std::int64_t>(1, rows) && col_ld <= INT_MAX) {
+    return std::pair{true, static_cast<int>(col_ld)};
   }
   return std::nullopt;
 }

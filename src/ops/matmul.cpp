@@ -138,10 +138,11 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   if (!b_vec) result.push_back(n);
   const TensorOptions opts{t, a0.device(), false};
 
-  // torch's fold: a's batch dims merge into its rows without a copy, and b has none.
+  // torch's fold: a's batch dims merge into its rows without a copy, and b has none (unless
+  // the merged rows would exceed what one BLAS product takes: then a batch of products).
   if (a.dim() > 2 && b.dim() == 2) {
     const Shape rows{product(leading(a)) * m, k};
-    if (compute_view_strides(a.sizes(), a.strides(), rows)) {
+    if (rows[0] <= INT_MAX && compute_view_strides(a.sizes(), a.strides(), rows)) {
       const Tensor folded = a.view(rows);
       Tensor out = empty({rows[0], n}, opts);
       run_product(folded, b, Shape{}, out, a0, b0);

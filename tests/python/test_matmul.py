@@ -74,7 +74,7 @@ def test_strided_and_transposed_operands(where):
     a = on(base, where)
     y1, y2, y3 = values((6, 7, 5), 6), values((3, 4, 2), 7), values((5, 4, 2), 8)
     y4, y5, y6 = values((2, 3, 5, 1), 9), values((5, 3), 10), values((6, 2, 3), 11)
-    x4 = values((3, 2, 4, 5), 12)
+    x4, y7 = values((3, 2, 4, 5), 12), values((6, 3, 4), 13)
     cases = [
         # column-major matrices on both sides
         (a.transpose(1, 2), on(y1, where).transpose(1, 2), base.transpose(0, 2, 1), y1.transpose(0, 2, 1)),
@@ -88,6 +88,8 @@ def test_strided_and_transposed_operands(where):
         (a.transpose(1, 2), on(y5, where), base.transpose(0, 2, 1), y5),
         # matrices neither row- nor column-major (copied)
         (a[:, ::2, ::2], on(y6, where), base[:, ::2, ::2], y6),
+        # single-row matrices whose (unused) row stride is whatever the view left there
+        (a[:, 1].unsqueeze(1), on(y7, where).transpose(1, 2), base[:, 1][:, None, :], y7.transpose(0, 2, 1)),
     ]
     for x, y, nx, ny in cases:
         r = x @ y
@@ -108,6 +110,14 @@ def test_expanded_operand_is_not_copied(ck):
     made = cudakit.memory_stats()["allocation.all.allocated"] - before
     assert made == 1, f"{made} allocations for one broadcast product"
     np.testing.assert_allclose(back(r), values((1, 16, 16), 8) @ values((32, 16, 8), 9), rtol=1e-5, atol=1e-5)
+    # A row expanded over the batch: stride 0 in the batch and in the (size-1) row dim.
+    row = on(values((16,), 10), "cuda:0").expand(32, 1, 16)
+    before = cudakit.memory_stats()["allocation.all.allocated"]
+    r = row @ x
+    cudakit.synchronize()
+    assert cudakit.memory_stats()["allocation.all.allocated"] - before == 1
+    np.testing.assert_allclose(back(r), values((16,), 10)[None, None, :] @ values((32, 16, 8), 9),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_mismatched_shapes_are_value_errors(where):
