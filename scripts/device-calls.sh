@@ -422,5 +422,30 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     fits 70 && { timeout 70 build-gpu/bench/bench_profiler > "$OUT/bench_profiler.log" 2>&1
       grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"; }
     fits 45 && { timeout 45 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"; } ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s" >&2; exit 2 ;;
+  s14)  # ~520 s cold (2026-12-07 night): batched GEMM's first GPU run (cublasGemmStridedBatchedEx,
+    # cuBLASLt batched layouts, N-D matmul) and its TunableOp side by side with torch.bmm under
+    # torch.cuda.tunable (issue 31's "batched cases"); bench_profiler in 11 paired rounds (issue
+    # 28 item 4); the memory_viz test fixed for expandable segments.
+    t0=$(date +%s); D=${S14_SECONDS:-520}
+    fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
+    STEPS="build" BUILD_TARGETS="cudakit_python test_tunable test_tunable_cuda test_tunable_batched bench_profiler" \
+      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    echo "build done at $(( $(date +%s) - t0 )) s"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    ctest --test-dir build-gpu -R '^cpp\.test_tunable(_cuda|_batched)?$' --output-on-failure > "$OUT/ctest14.log" 2>&1
+    grep -E "tests passed|tests failed|Failure|FAILED|Passed|Skipped" "$OUT/ctest14.log" | head -12
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_matmul.py tests/python/test_tunable.py \
+      tests/python/test_torch_memory_viz.py tests/python/test_tensor.py > "$OUT/pytest14.log" 2>&1
+    tail -1 "$OUT/pytest14.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest14.log" | head -10
+    B="--batch 96 --shapes 128x128x64,512x512x64,2048x2048x128,16x4096x4096 --rounds 4"
+    fits 90 && { timeout 90 python3 bench/tunable/bench_tunable.py $B --dtype bfloat16 > "$OUT/tunable14.log" 2>&1
+      grep -E "^(\||TunableOp)" "$OUT/tunable14.log" | grep -v -- "---"; }
+    fits 100 && { timeout 100 build-gpu/bench/bench_profiler --large-kernels 1000 > "$OUT/bench_profiler.log" 2>&1
+      grep -E "overhead|untraced|warning" "$OUT/bench_profiler.log"; }
+    for v in "--dtype float16" "--dtype float32" "--dtype bfloat16 --layout tn"; do
+      fits 70 || break
+      timeout 70 python3 bench/tunable/bench_tunable.py $B $v > /tmp/tv.log 2>&1
+      grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable14.log"
+    done ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14" >&2; exit 2 ;;
 esac
