@@ -135,3 +135,50 @@ def test_mismatched_shapes_are_value_errors(where):
         f(2, 2, 2) @ f(2, 2).to("float64")
     with pytest.raises(ValueError, match="supports float16, bfloat16, float32 and float64"):
         f(2, 2, 2).to("int32") @ f(2, 2, 2).to("int32")
+
+
+def _random_view(rng, shape, where):
+    """A tensor of `shape` reached the way user code reaches one: a fresh array, a permuted
+    stored layout viewed back, every other element of a larger one, or a broadcast (expand) of
+    size-1 dims; with the NumPy array of the same values."""
+    route = int(rng.integers(0, 4)) if shape else 0
+    if route == 1:  # stored in another dim order, permuted back (a transpose-like view)
+        perm = [int(p) for p in rng.permutation(len(shape))]
+        stored = rng.standard_normal([shape[p] for p in perm]).astype(np.float32)
+        inverse = [int(i) for i in np.argsort(perm)]
+        return on(stored, where).permute(*inverse), stored.transpose(inverse)
+    if route == 2:  # every other element along one dim
+        d = int(rng.integers(0, len(shape)))
+        big = list(shape)
+        big[d] *= 2
+        stored = rng.standard_normal(big).astype(np.float32)
+        index = tuple(slice(None, None, 2) if i == d else slice(None) for i in range(len(shape)))
+        return on(stored, where)[index], stored[index]
+    if route == 3:  # size-1 dims expanded (stride 0)
+        small = [1 if s > 1 and rng.random() < 0.5 else s for s in shape]
+        stored = rng.standard_normal(small).astype(np.float32)
+        return on(stored, where).expand(*shape), np.broadcast_to(stored, shape)
+    x = rng.standard_normal(shape).astype(np.float32)
+    return on(x, where), x
+
+
+def test_random_shapes_and_views_match_numpy(where):
+    """300 seeded products of random shapes (1-D operands, 0-3 batch dims, size-1 dims that
+    broadcast, operands with fewer batch dims) over random views, against NumPy's matmul."""
+    rng = np.random.default_rng(2026)
+    for case in range(300):
+        m, n, k = (int(v) for v in rng.integers(1, 6, size=3))
+        batch = [int(v) for v in rng.integers(1, 4, size=int(rng.integers(0, 4)))]
+
+        def batch_dims():  # a suffix of the batch, some dims 1 (broadcast)
+            dims = batch[int(rng.integers(0, len(batch) + 1)):]
+            return [1 if rng.random() < 0.3 else d for d in dims]
+
+        sa = [k] if rng.random() < 0.15 else batch_dims() + [m, k]
+        sb = [k] if rng.random() < 0.15 else batch_dims() + [k, n]
+        x, nx = _random_view(rng, sa, where)
+        y, ny = _random_view(rng, sb, where)
+        expect = np.matmul(nx.astype(np.float64), ny.astype(np.float64))
+        r = x @ y
+        assert r.shape == expect.shape, (case, sa, sb)
+        np.testing.assert_allclose(back(r), expect, rtol=1e-4, atol=1e-4, err_msg=f"case {case}: {sa} @ {sb}")
