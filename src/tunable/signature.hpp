@@ -97,13 +97,22 @@ struct GemmKey {
   }
   bool operator==(const GemmKey& o) const noexcept { return std::memcmp(this, &o, sizeof o) == 0; }
   std::size_t hash() const noexcept {
-    // FNV-1a over the bytes: 64 bytes, a few nanoseconds.
-    std::uint64_t h = 1469598103934665603ull;
-    const auto* p = reinterpret_cast<const unsigned char*>(this);
-    for (std::size_t i = 0; i < sizeof(GemmKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    // Eight 64-bit words, one multiply each, then a final mix (the dispatch cache takes the
+    // hash modulo a small table, so the low bits must depend on every word). Byte-wise FNV-1a
+    // was a chain of 64 dependent multiplies (~250 cycles) on every tuned product.
+    std::uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (std::size_t i = 0; i < sizeof(GemmKey); i += sizeof(std::uint64_t)) {
+      std::uint64_t w;
+      std::memcpy(&w, reinterpret_cast<const unsigned char*>(this) + i, sizeof w);
+      h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    }
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
     return static_cast<std::size_t>(h);
   }
 };
 static_assert(sizeof(GemmKey) == 64, "GemmKey has padding: bytewise comparison needs none");
+static_assert(sizeof(GemmKey) % sizeof(std::uint64_t) == 0, "hash() reads whole 64-bit words");
 
 }  // namespace cudakit::tunable::detail
