@@ -446,6 +446,9 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       fits 70 || break
       timeout 70 python3 bench/tunable/bench_tunable.py $B $v > /tmp/tv.log 2>&1
       grep -E "^(\||TunableOp)" /tmp/tv.log | grep -v -- "---"; cat /tmp/tv.log >> "$OUT/tunable14.log"
-    done ;;
+    done
+    # issue 28 item 4 from Python, beside torch.profiler (paired runs since the night session)
+    fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
+      grep -E "^\|" "$OUT/bench_profiler_py.log"; } ;;
   *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14" >&2; exit 2 ;;
 esac
