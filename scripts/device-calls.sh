@@ -428,7 +428,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # 28 item 4); the memory_viz test fixed for expandable segments.
     t0=$(date +%s); D=${S14_SECONDS:-520}
     fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
-    STEPS="build" BUILD_TARGETS="cudakit_python test_tunable test_tunable_cuda test_tunable_batched bench_profiler" \
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable test_tunable_cuda test_tunable_batched bench_profiler" \
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     echo "build done at $(( $(date +%s) - t0 )) s"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1

@@ -4,8 +4,11 @@
 // Prototypes are declared here from the libraries' documented C ABI (cublas_api.h,
 // cusolverDn.h, library_types.h), so building needs no math-library headers. Enum parameters
 // (cublasOperation_t, cudaDataType, cublasComputeType_t, cublasGemmAlgo_t,
-// libraryPropertyType) are C enums, passed as int. The cuda backend's GPU tests
-// (tests/cpp/test_cuda_backend.cpp, MathLibraries*) exercise every entry point on a GPU.
+// libraryPropertyType) are C enums, passed as int. On a GPU the entry points run in the
+// matmul and TunableOp tests (tests/python/test_matmul.py, test_tunable.py,
+// tests/cpp/test_tunable_cuda.cpp: cublasGemmEx, cublasGemmStridedBatchedEx, workspaces) and
+// the handle tests (tests/cpp/test_backend_seam.cpp, tests/python/test_info.py: the cuBLAS
+// and cuSOLVER handles, their per-thread rule).
 //
 // Thread-safety: cublas() / cusolver() load once (function-local statics) and return an
 // immutable table. Handles are per (thread, device) and owned by the cuda backend.
