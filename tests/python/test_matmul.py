@@ -182,3 +182,31 @@ def test_random_shapes_and_views_match_numpy(where):
         r = x @ y
         assert r.shape == expect.shape, (case, sa, sb)
         np.testing.assert_allclose(back(r), expect, rtol=1e-4, atol=1e-4, err_msg=f"case {case}: {sa} @ {sb}")
+
+
+def test_batched_products_in_a_graph_replay_with_new_inputs(ck):
+    """The way a model's attention runs under CUDA graphs: a batched product, a batch against
+    one broadcast weight (stride 0) and a batch against a vector, captured once and replayed
+    after the inputs were overwritten in place; every replay reads the new values."""
+    q = on(values((8, 16, 32), 20), "cuda:0")
+    k = on(values((8, 32, 24), 21), "cuda:0")
+    w = on(values((1, 24, 12), 22), "cuda:0").expand(8, 24, 12)
+    v = on(values((12,), 23), "cuda:0")
+    q @ k  # warm-up outside the capture (the stream's workspace), as torch users do
+    ck.synchronize()
+    g = ck.CUDAGraph()
+    with ck.graph(g):
+        s = q @ k       # (8, 16, 24): strided batched
+        h = s @ w       # (8, 16, 12): one weight broadcast over the batch
+        o = h @ v       # (8, 16): a batch against a vector
+    for seed in (30, 40):
+        nq, nk = values((8, 16, 32), seed), values((8, 32, 24), seed + 1)
+        q.copy_(on(nq, "cuda:0"))
+        k.copy_(on(nk, "cuda:0"))
+        g.replay()
+        ck.synchronize()
+        ns = nq.astype(np.float64) @ nk
+        nh = ns @ values((1, 24, 12), 22)
+        np.testing.assert_allclose(back(s), ns, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(back(h), nh, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(back(o), nh @ values((12,), 23), rtol=1e-4, atol=1e-3)
