@@ -433,3 +433,59 @@ def test_reads_a_results_file_written_by_torch(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("True")
     assert "nn_192_64_128_ld_192_128_192" in r.stdout
+
+
+@pytest.mark.gpu
+def test_batched_results_files_work_both_ways_with_torch(tmp_path):
+    """torch.bmm tuned by torch.cuda.tunable, its file read by cudakit (the batched product
+    then runs torch's choice, nothing is tuned again), and a batched product tuned by cudakit,
+    written for torch and read by torch.cuda.tunable."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    r = run_py(f"""
+        import torch
+        torch.cuda.tunable.enable(True)
+        torch.cuda.tunable.set_max_tuning_iterations(10)
+        torch.cuda.tunable.set_filename({str(tmp_path / 'torch.csv')!r})
+        a = torch.randn(4, 96, 160, device='cuda', dtype=torch.bfloat16)
+        b = torch.randn(4, 160, 224, device='cuda', dtype=torch.bfloat16)
+        torch.bmm(a, b).sum().item()
+        torch.cuda.tunable.write_file()
+        print(torch.__version__)
+    """)
+    assert r.returncode == 0, r.stderr
+    torch_version = r.stdout.strip().splitlines()[-1]
+    lines = [l for l in (tmp_path / "torch.csv").read_text().splitlines()
+             if l.startswith("GemmStridedBatchedTunableOp_BFloat16_NN,")]
+    assert len(lines) == 1, (tmp_path / "torch.csv").read_text()
+    params = lines[0].split(",")[1]
+    assert params.startswith("nn_224_96_160_B_4"), params  # the BLAS product b^T a^T, batch 4
+    saved = tunable.get_filename()
+    try:
+        tunable.enable(True)
+        tunable.tuning_enable(True)
+        assert tunable.read_file(str(tmp_path / "torch.csv")) is True
+        assert result_for(params), tunable.get_results()
+        n_before = len(tunable.get_results())
+        a, b = rand(4, 96, 160, dtype="bfloat16"), rand(4, 160, 224, dtype="bfloat16")
+        np.testing.assert_allclose(to_np(a @ b), to_np(a) @ to_np(b), rtol=3e-2, atol=3e-1)
+        assert len(tunable.get_results()) == n_before  # torch's choice ran, nothing retuned
+        # The reverse: a batched product cudakit tunes, in a file torch reads.
+        tunable.set_filename(str(tmp_path / "ck.csv"))
+        x, y = rand(3, 64, 128, dtype="bfloat16"), rand(3, 128, 192, dtype="bfloat16")
+        _ = x @ y
+        cudakit.synchronize()
+        assert tunable.write_file(str(tmp_path / "for_torch.csv"), torch_version=torch_version)
+    finally:
+        tunable.enable(False)
+        tunable.set_filename(saved)
+    r = run_py(f"""
+        import torch
+        torch.cuda.tunable.enable(True)
+        ok = torch.cuda.tunable.read_file({str(tmp_path / 'for_torch.csv')!r})
+        print(ok, [r[0] + ',' + r[1] for r in torch.cuda.tunable.get_results()])
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("True"), r.stdout
+    assert "GemmStridedBatchedTunableOp_BFloat16_NN,nn_192_64_128_B_3" in r.stdout, r.stdout
