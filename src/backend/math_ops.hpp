@@ -32,6 +32,16 @@ namespace cudakit::detail {
 // tunable::gemm_strided_batched rejects negative strides). Like shapes and leading
 // dimensions, batch and strides are the caller's to validate.
 enum class GemmType { float16, bfloat16, float32, float64 };
+// Bytes per element of `t` (leading dimensions and batch strides count elements).
+inline std::size_t gemm_element_bytes(GemmType t) noexcept {
+  switch (t) {
+    case GemmType::float16:
+    case GemmType::bfloat16: return 2;
+    case GemmType::float64: return 8;
+    case GemmType::float32: break;
+  }
+  return 4;
+}
 struct GemmArgs {
   GemmType type = GemmType::float32;
   bool transpose_a = false, transpose_b = false;

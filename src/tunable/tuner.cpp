@@ -33,16 +33,6 @@ using cudakit::detail::stream_ops;
 using cudakit::detail::EventHandle;
 using cudakit::detail::GemmType;
 
-std::size_t elem_size(GemmType t) {
-  switch (t) {
-    case GemmType::float64: return 8;
-    case GemmType::float32: return 4;
-    case GemmType::float16:
-    case GemmType::bfloat16: return 2;
-  }
-  return 4;
-}
-
 std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
 // Timing events of one tuning, destroyed together.
@@ -91,7 +81,7 @@ struct Sizes {
 };
 
 Sizes operand_sizes(const GemmArgs& g) {
-  const std::size_t e = elem_size(g.type);
+  const std::size_t e = cudakit::detail::gemm_element_bytes(g.type);
   return {batch_operand_bytes(g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda,
                               g.stride_a, g.batch, e),
           batch_operand_bytes(g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb,

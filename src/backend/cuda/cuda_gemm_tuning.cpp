@@ -145,16 +145,6 @@ struct LtProblem {
   }
 };
 
-std::size_t element_bytes(GemmType t) {
-  switch (t) {
-    case GemmType::float16:
-    case GemmType::bfloat16: return 2;
-    case GemmType::float64: return 8;
-    case GemmType::float32: break;
-  }
-  return 4;
-}
-
 // The alignment every matrix of an operand has: its base pointer's, capped by the alignment of
 // the batch stride in bytes (matrix i starts i * stride elements after the base), so that a
 // plan chosen for the first matrix's alignment holds for all of them. A stride of 0 (one
@@ -163,7 +153,7 @@ unsigned batch_alignment(const void* base, std::int64_t stride, const GemmArgs& 
   const unsigned a = pointer_alignment(base);
   if (g.batch == 1 || stride == 0) return a;
   const std::uint64_t bytes =
-      static_cast<std::uint64_t>(stride < 0 ? -stride : stride) * element_bytes(g.type);
+      static_cast<std::uint64_t>(stride < 0 ? -stride : stride) * gemm_element_bytes(g.type);
   const std::uint64_t low = bytes & (~bytes + 1);
   return static_cast<unsigned>(std::min<std::uint64_t>(a, low));
 }

@@ -61,39 +61,20 @@ inline std::vector<float> widen_any(const GemmArgs& g, const Stored& s) {
   }
 }
 
-inline std::size_t element_bytes(GemmType t) {
-  switch (t) {
-    case GemmType::float16:
-    case GemmType::bfloat16: return 2;
-    case GemmType::float64: return 8;
-    case GemmType::float32: break;
-  }
-  return 4;
-}
-
 // Product `i` of a strided batch as a plain GEMM: A, B and C advanced by i strides (elements),
 // batch 1. The emulated GEMMs (Default and every tuning candidate) run a batch as this loop,
 // in order, so a stride-0 A or B is simply read again by every product.
 inline GemmArgs batch_item(const GemmArgs& g, int i) {
-  GemmArgs one;
-  one.type = g.type;
-  one.transpose_a = g.transpose_a;
-  one.transpose_b = g.transpose_b;
-  one.m = g.m;
-  one.n = g.n;
-  one.k = g.k;
-  one.lda = g.lda;
-  one.ldb = g.ldb;
-  one.ldc = g.ldc;
-  one.allow_tf32 = g.allow_tf32;
-  one.alpha = g.alpha;
-  one.beta = g.beta;
-  const std::size_t e = element_bytes(g.type);
+  GemmArgs one = g;
+  one.keep_alive.reset();  // stays with the batch's GemmArgs, which outlives the loop
+  one.batch = 1;
+  one.stride_a = one.stride_b = one.stride_c = 0;
+  const std::size_t e = gemm_element_bytes(g.type);
   const auto at = [&](std::int64_t stride) { return static_cast<std::ptrdiff_t>(i * stride) * static_cast<std::ptrdiff_t>(e); };
   one.a = static_cast<const unsigned char*>(g.a) + at(g.stride_a);
   one.b = static_cast<const unsigned char*>(g.b) + at(g.stride_b);
   one.c = static_cast<unsigned char*>(g.c) + at(g.stride_c);
-  return one;  // keep_alive stays with the batch's GemmArgs, which outlives the loop
+  return one;
 }
 
 // The Default GEMM (CBLAS; a plain loop without it), run on the calling thread; a batch as
