@@ -18,6 +18,7 @@
 #include "cudakit/device.hpp"
 #include "cudakit/error.hpp"
 #include "cudakit/stream.hpp"
+#include "tensor/size_math.hpp"
 #include "tunable/dispatch.hpp"
 
 namespace cudakit {
@@ -113,17 +114,17 @@ Workspace workspace(int device, detail::StreamHandle s) {
 
 namespace {
 
-std::int64_t product(const Shape& s) {
-  std::int64_t n = 1;
-  for (std::int64_t v : s) n *= v;
-  return n;
-}
-
-Shape with_matrix(const Shape& batch, const Tensor& t) {
+// `t` broadcast to batch + its matrix dims; `t` itself when it has those dims already (a plain
+// product's operands: no new view on matmul's common path).
+Tensor broadcast_to_batch(const Tensor& t, const Shape& batch) {
+  if (static_cast<std::size_t>(t.dim()) == batch.size() + 2 &&
+      std::equal(batch.begin(), batch.end(), t.sizes().begin())) {
+    return t;
+  }
   Shape full = batch;
   full.push_back(t.size(-2));
   full.push_back(t.size(-1));
-  return full;
+  return t.expand(full);
 }
 
 // The single stride of `expanded`'s batch dims (the view of its batch dims as one dim), or
@@ -132,7 +133,7 @@ std::optional<std::int64_t> single_batch_stride(const Tensor& expanded, std::siz
   if (batch_dims == 0) return 0;
   const Shape sizes(expanded.sizes().begin(), expanded.sizes().begin() + static_cast<std::ptrdiff_t>(batch_dims));
   const Shape strides(expanded.strides().begin(), expanded.strides().begin() + static_cast<std::ptrdiff_t>(batch_dims));
-  std::optional<Shape> flat = compute_view_strides(sizes, strides, Shape{product(sizes)});
+  std::optional<Shape> flat = compute_view_strides(sizes, strides, Shape{detail::checked_numel(sizes, "matmul")});
   if (!flat) return std::nullopt;
   return (*flat)[0];
 }
@@ -156,7 +157,7 @@ std::optional<std::pair<bool, int>> blas_layout(const Tensor& t) {
 }
 
 std::optional<ops::BlasOperand> try_operand(const Tensor& t, const Shape& batch) {
-  Tensor e = t.expand(with_matrix(batch, t));
+  Tensor e = broadcast_to_batch(t, batch);
   std::optional<std::int64_t> stride = single_batch_stride(e, batch.size());
   if (!stride) return std::nullopt;
   std::optional<std::pair<bool, int>> layout = blas_layout(e);
@@ -167,7 +168,7 @@ std::optional<ops::BlasOperand> try_operand(const Tensor& t, const Shape& batch)
 }  // namespace
 
 ops::BatchView ops::batch_view(const Tensor& t, const Shape& batch) {
-  Tensor e = t.expand(with_matrix(batch, t));
+  Tensor e = broadcast_to_batch(t, batch);
   if (std::optional<std::int64_t> stride = single_batch_stride(e, batch.size())) {
     return BatchView{std::move(e), *stride};
   }
@@ -186,7 +187,7 @@ ops::BlasOperand ops::blas_operand(const Tensor& t, const Shape& batch) {
   }
   // A broadcast that mixes broadcast and real batch dims ((2, 1) against (1, 5)): one copy
   // per product, contiguous, which always flattens.
-  std::optional<BlasOperand> full = try_operand(t.expand(with_matrix(batch, t)).contiguous(), batch);
+  std::optional<BlasOperand> full = try_operand(broadcast_to_batch(t, batch).contiguous(), batch);
   if (!full) throw Error("matmul: internal error: a contiguous operand has no BLAS layout");
   return *full;
 }

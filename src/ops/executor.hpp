@@ -52,6 +52,10 @@ inline void sanitize(const char* kernel, const Device& d,
 template <int N>
 OffsetCalc<N> make_calc(const Shape& sizes, const std::array<const Shape*, N>& strides);
 
+// Both operands defined and on one device, else a ValueError naming `op` and the devices
+// (shared by the op files: ops.cpp, matmul.cpp).
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+
 // ---- CPU implementations (plain functions on host pointers) ----
 void cpu_binary(const BinaryArgs& a, int dtype);
 // Comparisons (a.op: CompareOp, bool output) and pow (a.op unused), src/kernels/compare_pow.hpp.

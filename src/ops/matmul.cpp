@@ -29,17 +29,12 @@
 #include "cudakit/ops.hpp"
 #include "ops/blas.hpp"
 #include "ops/executor.hpp"
+#include "tensor/size_math.hpp"
 
 namespace cudakit {
 using namespace ops;
 
 namespace {
-
-std::int64_t product(const Shape& s) {
-  std::int64_t n = 1;
-  for (std::int64_t v : s) n *= v;
-  return n;
-}
 
 Shape leading(const Tensor& t) {  // the batch dims: all but the last two
   return Shape(t.sizes().begin(), t.sizes().end() - 2);
@@ -78,7 +73,7 @@ void check_blas_dim(std::int64_t v, const char* what, const Tensor& a0, const Te
 void run_product(const Tensor& a, const Tensor& b, const Shape& batch, Tensor& out,
                  const Tensor& a0, const Tensor& b0) {
   const std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  const std::int64_t count = product(batch);
+  const std::int64_t count = detail::checked_numel(batch, "matmul");
   if (count == 0 || m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: zeros, as torch
     out.zero_();
@@ -110,11 +105,7 @@ void run_product(const Tensor& a, const Tensor& b, const Shape& batch, Tensor& o
 }  // namespace
 
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
-  if (!a0.defined() || !b0.defined()) throw ValueError("matmul: undefined tensor operand");
-  if (!(a0.device() == b0.device()))
-    throw ValueError("matmul: expected all tensors to be on the same device, but found " +
-                     a0.device().str() + " and " + b0.device().str() +
-                     "; move one with .to(device) first");
+  check_same_device(a0, b0, "matmul");
   if (a0.dim() == 0 || b0.dim() == 0)
     throw ValueError("matmul: both arguments need at least 1 dimension, but they are " +
                      std::to_string(a0.dim()) + "-D and " + std::to_string(b0.dim()) + "-D");
@@ -141,7 +132,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   // torch's fold: a's batch dims merge into its rows without a copy, and b has none (unless
   // the merged rows would exceed what one BLAS product takes: then a batch of products).
   if (a.dim() > 2 && b.dim() == 2) {
-    const Shape rows{product(leading(a)) * m, k};
+    const Shape rows{detail::checked_numel(leading(a), "matmul") * m, k};
     if (rows[0] <= INT_MAX && compute_view_strides(a.sizes(), a.strides(), rows)) {
       const Tensor folded = a.view(rows);
       Tensor out = empty({rows[0], n}, opts);

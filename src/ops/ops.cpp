@@ -12,20 +12,20 @@
 namespace cudakit {
 using namespace ops;
 
+void ops::check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  if (!a.defined() || !b.defined()) throw ValueError(std::string(op) + ": undefined tensor operand");
+  if (!(a.device() == b.device()))
+    throw ValueError(std::string(op) + ": expected all tensors to be on the same device, but found " +
+                     a.device().str() + " and " + b.device().str() +
+                     "; move one with .to(device) first");
+}
+
 namespace {
 int category(DType t) {
   if (t == DType::bool_) return 0;
   if (is_integral(t, false)) return 1;
   if (is_floating_point(t)) return 2;
   return 3;
-}
-
-void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  if (!a.defined() || !b.defined()) throw ValueError(std::string(op) + ": undefined tensor operand");
-  if (!(a.device() == b.device()))
-    throw ValueError(std::string(op) + ": expected all tensors to be on the same device, but found " +
-                     a.device().str() + " and " + b.device().str() +
-                     "; move one with .to(device) first");
 }
 
 // Which executor function a binary op runs: arithmetic (BinaryOp), a comparison
