@@ -34,6 +34,7 @@
 #include "tunable/settings.hpp"
 #include "tunable/signature.hpp"
 #include "tunable/tuner.hpp"
+#include "tunable_test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace cudakit;
@@ -41,17 +42,8 @@ namespace td = cudakit::tunable::detail;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void spit(const fs::path& p, const std::string& text) {
-  std::ofstream out(p);
-  out << text;
-}
+using tunable_test::slurp;
+using tunable_test::spit;
 
 int count_lines_starting(const std::string& text, const std::string& prefix) {
   std::istringstream in(text);
@@ -234,40 +226,7 @@ TEST(TunableSignature, ParsesBothParamsForms) {
 
 // ---- settings and environment ----
 
-class TunableTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    td::settings_unchecked().reset_for_testing();
-    td::store().reset_for_testing();
-    td::clear_extra_candidates();
-    td::reset_dispatch_for_testing();
-    tunable::set_warning_handler([this](const std::string& m) {
-      std::lock_guard<std::mutex> l(mu_);
-      warnings_.push_back(m);
-    });
-    tunable::set_filename("");  // no file unless a test names one (never the working directory)
-    char tmpl[] = "/tmp/cudakit_tunable_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    tunable::set_warning_handler(nullptr);
-    td::clear_extra_candidates();
-    td::settings_unchecked().reset_for_testing();
-    td::store().reset_for_testing();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string warnings() {
-    std::lock_guard<std::mutex> l(mu_);
-    std::string all;
-    for (const auto& w : warnings_) all += w + "\n";
-    return all;
-  }
-  fs::path dir_;
-  std::mutex mu_;
-  std::vector<std::string> warnings_;
-};
+class TunableTest : public tunable_test::TunableFixture {};
 
 struct EnvVar {
   std::string name;

@@ -35,6 +35,7 @@
 #include "tunable/settings.hpp"
 #include "tunable/signature.hpp"
 #include "tunable/tuner.hpp"
+#include "tunable_test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace cudakit;
@@ -42,14 +43,8 @@ namespace td = cudakit::tunable::detail;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void spit(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+using tunable_test::slurp;
+using tunable_test::spit;
 
 bool have_device() { return detail::backend().device_count() > 0; }
 #define REQUIRE_DEVICE()                                             \
@@ -209,38 +204,7 @@ struct Batch {
   }
 };
 
-class TunableBatched : public ::testing::Test {
- protected:
-  void SetUp() override {
-    td::settings_unchecked().reset_for_testing();
-    td::store().reset_for_testing();
-    td::clear_extra_candidates();
-    td::reset_dispatch_for_testing();
-    tunable::set_warning_handler([this](const std::string& m) {
-      std::lock_guard<std::mutex> l(mu_);
-      warnings_ += m + "\n";
-    });
-    tunable::set_filename("");
-    char tmpl[] = "/tmp/cudakit_tunable_batched_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    tunable::set_warning_handler(nullptr);
-    td::clear_extra_candidates();
-    td::settings_unchecked().reset_for_testing();
-    td::store().reset_for_testing();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string warnings() {
-    std::lock_guard<std::mutex> l(mu_);
-    return warnings_;
-  }
-  fs::path dir_;
-  std::mutex mu_;
-  std::string warnings_;
-};
+class TunableBatched : public tunable_test::TunableFixture {};
 
 // A correct candidate (the backend's own GEMM) that records the batch and strides it was given.
 struct Spy {

@@ -94,6 +94,15 @@ class TunableCuda : public ::testing::Test {
   }
 };
 
+// Fills `count` bfloat16 values at device pointer `p` with uniform values in [-1, 1).
+void upload_random_bf16(Backend& be, std::mt19937& rng, void* p, std::size_t count) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<ops::BFloat16> host(count);
+  for (auto& x : host) x = ops::BFloat16::from_float(u(rng));
+  be.memcpy_async(p, host.data(), count * 2, nullptr);
+  be.stream_synchronize(nullptr);  // `host` goes out of scope
+}
+
 // bfloat16 operands of a BLAS problem C[m x n] = A[m x k] B[k x n] (no transposes).
 struct Bf16Problem {
   int m, n, k;
@@ -107,13 +116,8 @@ struct Bf16Problem {
     c = be.mem_alloc(0, c_bytes);
     ref = be.mem_alloc(0, c_bytes);
     std::mt19937 rng(1);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (auto [p, count] : {std::pair{a, std::size_t(m) * k}, std::pair{b, std::size_t(k) * n}}) {
-      std::vector<ops::BFloat16> host(count);
-      for (auto& x : host) x = ops::BFloat16::from_float(u(rng));
-      be.memcpy_async(p, host.data(), count * 2, nullptr);
-    }
-    be.stream_synchronize(nullptr);
+    upload_random_bf16(be, rng, a, std::size_t(m) * k);
+    upload_random_bf16(be, rng, b, std::size_t(k) * n);
   }
   ~Bf16Problem() {
     for (void* p : {a, b, c, ref}) cuda().mem_free(0, p);
@@ -202,12 +206,8 @@ struct Bf16Batch {
     c = be.mem_alloc(0, c_bytes);
     ref = be.mem_alloc(0, c_bytes);
     std::mt19937 rng(3);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (auto [p, count] : {std::pair{a, a_count}, std::pair{b, b_count}}) {
-      std::vector<ops::BFloat16> host(count);
-      for (auto& x : host) x = ops::BFloat16::from_float(u(rng));
-      be.memcpy_async(p, host.data(), count * 2, nullptr);
-    }
+    upload_random_bf16(be, rng, a, a_count);
+    upload_random_bf16(be, rng, b, b_count);
     for (int q = 0; q < batch; ++q) {  // the reference: one plain product per matrix
       GemmArgs g = args(ref);
       g.batch = 1;

@@ -383,25 +383,44 @@ def test_mgpu_tuning_on_one_device_gathers_every_file(tmp_path):
 
 # ---- torch interoperability on the H200 ----
 
-@pytest.mark.gpu
-def test_reads_a_results_file_written_by_torch(tmp_path):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA here")
+def torch_tunes(path, product: str) -> str:
+    """Runs `product` (code using torch tensors) under torch.cuda.tunable with its results in
+    `path`; returns torch's version."""
     r = run_py(f"""
         import torch
         torch.cuda.tunable.enable(True)
         torch.cuda.tunable.set_max_tuning_iterations(10)
-        torch.cuda.tunable.set_filename({str(tmp_path / 'torch.csv')!r})
-        a = torch.randn(96, 160, device='cuda', dtype=torch.bfloat16)
-        b = torch.randn(160, 224, device='cuda', dtype=torch.bfloat16)
-        (a @ b).sum().item()
+        torch.cuda.tunable.set_filename({str(path)!r})
+        {product}
         if hasattr(torch.cuda.tunable, 'write_file'):
             torch.cuda.tunable.write_file()
         print(torch.__version__)
     """)
     assert r.returncode == 0, r.stderr
-    torch_version = r.stdout.strip().splitlines()[-1]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def torch_reads(path) -> str:
+    """torch.cuda.tunable.read_file(path) in a fresh torch: "<ok> [<op>,<params>, ...]"."""
+    r = run_py(f"""
+        import torch
+        torch.cuda.tunable.enable(True)
+        ok = torch.cuda.tunable.read_file({str(path)!r})
+        print(ok, [r[0] + ',' + r[1] for r in torch.cuda.tunable.get_results()])
+    """)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.gpu
+def test_reads_a_results_file_written_by_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    torch_version = torch_tunes(tmp_path / "torch.csv",
+                                "a = torch.randn(96, 160, device='cuda', dtype=torch.bfloat16); "
+                                "b = torch.randn(160, 224, device='cuda', dtype=torch.bfloat16); "
+                                "(a @ b).sum().item()")
     text = (tmp_path / "torch.csv").read_text()
     assert "Validator,PT_VERSION," in text
     assert "GemmTunableOp_BFloat16_NN,nn_224_96_160_ld_224_160_224," in text
@@ -424,15 +443,9 @@ def test_reads_a_results_file_written_by_torch(tmp_path):
     finally:
         tunable.enable(False)
         tunable.set_filename(saved)
-    r = run_py(f"""
-        import torch
-        torch.cuda.tunable.enable(True)
-        ok = torch.cuda.tunable.read_file({str(tmp_path / 'for_torch.csv')!r})
-        print(ok, [r[1] for r in torch.cuda.tunable.get_results()])
-    """)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("True")
-    assert "nn_192_64_128_ld_192_128_192" in r.stdout
+    out = torch_reads(tmp_path / "for_torch.csv")
+    assert out.startswith("True")
+    assert "nn_192_64_128_ld_192_128_192" in out
 
 
 @pytest.mark.gpu
@@ -443,19 +456,10 @@ def test_batched_results_files_work_both_ways_with_torch(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
-    r = run_py(f"""
-        import torch
-        torch.cuda.tunable.enable(True)
-        torch.cuda.tunable.set_max_tuning_iterations(10)
-        torch.cuda.tunable.set_filename({str(tmp_path / 'torch.csv')!r})
-        a = torch.randn(4, 96, 160, device='cuda', dtype=torch.bfloat16)
-        b = torch.randn(4, 160, 224, device='cuda', dtype=torch.bfloat16)
-        torch.bmm(a, b).sum().item()
-        torch.cuda.tunable.write_file()
-        print(torch.__version__)
-    """)
-    assert r.returncode == 0, r.stderr
-    torch_version = r.stdout.strip().splitlines()[-1]
+    torch_version = torch_tunes(tmp_path / "torch.csv",
+                                "a = torch.randn(4, 96, 160, device='cuda', dtype=torch.bfloat16); "
+                                "b = torch.randn(4, 160, 224, device='cuda', dtype=torch.bfloat16); "
+                                "torch.bmm(a, b).sum().item()")
     lines = [l for l in (tmp_path / "torch.csv").read_text().splitlines()
              if l.startswith("GemmStridedBatchedTunableOp_BFloat16_NN,")]
     assert len(lines) == 1, (tmp_path / "torch.csv").read_text()
@@ -480,12 +484,6 @@ def test_batched_results_files_work_both_ways_with_torch(tmp_path):
     finally:
         tunable.enable(False)
         tunable.set_filename(saved)
-    r = run_py(f"""
-        import torch
-        torch.cuda.tunable.enable(True)
-        ok = torch.cuda.tunable.read_file({str(tmp_path / 'for_torch.csv')!r})
-        print(ok, [r[0] + ',' + r[1] for r in torch.cuda.tunable.get_results()])
-    """)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("True"), r.stdout
-    assert "GemmStridedBatchedTunableOp_BFloat16_NN,nn_192_64_128_B_3" in r.stdout, r.stdout
+    out = torch_reads(tmp_path / "for_torch.csv")
+    assert out.startswith("True"), out
+    assert "GemmStridedBatchedTunableOp_BFloat16_NN,nn_192_64_128_B_3" in out, out
