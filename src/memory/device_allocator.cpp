@@ -404,13 +404,6 @@ Block* DeviceAllocator::finish_alloc(Block* b, std::size_t size, std::size_t ori
   if (split) {
     Block* rest = split_at(b, b->ptr + size);
     rest->stream = stream;
-    // b may be a run just mapped below a free mapped block (alloc_expandable maps the
-    // unmapped chunk under a hole that page moves or empty_cache left): the tail joins the
-    // hole, or the two stay apart and best fit cannot use them together.
-    if (Block* nb = rest->next; nb && nb->mapped && rest->mapped && nb->is_free()) {
-      erase_free(pool, nb);
-      merge(rest, nb);
-    }
     insert_free(pool, rest);
   }
   b->allocated = true;

@@ -472,6 +472,13 @@ Block* DeviceAllocator::alloc_expandable(BlockPool& pool, std::size_t size,
     }
     merge(cand, nb);
   }
+  // A run mapped up to a free mapped block (a hole that page moves or empty_cache left above
+  // the unmapped range) joins it, as free neighbours always do: else finish_alloc's split
+  // leaves the tail beside the hole, two free blocks best fit cannot use together.
+  if (Block* nb = cand->next; nb && nb->mapped && nb->is_free()) {
+    erase_free(pool, nb);
+    merge(cand, nb);
+  }
   return cand;
 }
 
