@@ -59,6 +59,9 @@ compile_kernel_checks() {
   $NV --fmad=false -Xcompiler -ffp-contract=off -o /tmp/nc bench/tensor/normal_check.cu > /tmp/nc.build 2>&1 &
   wait
 }
+# Whether a step of $1 seconds still fits the call's budget: the modes that use it set t0 (their
+# start) and D (their budget in seconds).
+fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
 case "${1:-}" in
   tests)
     STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
@@ -388,7 +391,6 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # bench_tensor, TunableOp (bf16 as the issue's table), the allocator against c10 with 8
     # threads, then fp16 / transposed / fp32 on three shapes.
     t0=$(date +%s); D=${S13C_SECONDS:-480}
-    fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     ctest --test-dir build-gpu -R '^cpp\.test_(random_philox|tunable|tunable_cuda)$' --output-on-failure \
       > "$OUT/ctest31.log" 2>&1; grep -E "tests passed|tests failed|Failed" "$OUT/ctest31.log"
@@ -408,7 +410,6 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # needs; torch's MemPool tests in file order (issue 26), issue 31's kernel checks, the trace
     # tests and bench_profiler with API records through callbacks (issue 28), history stacks.
     t0=$(date +%s); D=${S13S_SECONDS:-380}
-    fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
     compile_kernel_checks &
     STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_profiler_trace bench_profiler" \
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
@@ -427,7 +428,6 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # torch.cuda.tunable (issue 31's "batched cases"); bench_profiler in 11 paired rounds (issue
     # 28 item 4); the memory_viz test fixed for expandable segments.
     t0=$(date +%s); D=${S14_SECONDS:-520}
-    fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
     STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable test_tunable_cuda test_tunable_batched bench_profiler" \
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     echo "build done at $(( $(date +%s) - t0 )) s"
