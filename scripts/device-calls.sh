@@ -450,5 +450,31 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # issue 28 item 4 from Python, beside torch.profiler (paired runs since the night session)
     fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
       grep -E "^\|" "$OUT/bench_profiler_py.log"; } ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14" >&2; exit 2 ;;
+  s15)  # ~450 s cold (2026-12-08): what s14 left unrun (the batched torch results-file test,
+    # bench_profiler.py beside torch.profiler: issue 28 item 4 from Python), the tuner's verbose
+    # log on the two small shapes (where tuning time goes: issue 31), the allocator against c10
+    # with a perf profile of Mixed/8 threads when perf exists.
+    t0=$(date +%s); D=${S15_SECONDS:-540}
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable_cuda bench_profiler alloc_vs_torch bench_memory_alloc" \
+      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    echo "build done at $(( $(date +%s) - t0 )) s"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tunable.py tests/python/test_profiler.py \
+      tests/python/test_profiler_trace.py > "$OUT/pytest15.log" 2>&1
+    tail -1 "$OUT/pytest15.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest15.log" | head -10
+    fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
+      grep -E "^\|" "$OUT/bench_profiler_py.log"; }
+    fits 60 && { CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 60 python3 bench/tunable/bench_tunable.py \
+      --shapes 16x4096x4096,1024x4096x4096 --rounds 3 > "$OUT/tunable15.log" 2>&1
+      grep -E "^(\||TunableOp)|loading|final" "$OUT/tunable15.log" | grep -v -- "---" | cut -c1-240 | head -40; }
+    fits 60 && { timeout 60 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed' \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc15.log" 2>&1
+      grep median "$OUT/alloc15.log"; }
+    if command -v perf > /dev/null && fits 40; then
+      timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/memory/bench_memory_alloc \
+        --benchmark_filter='Mixed/threads:8' > /dev/null 2>&1
+      perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf15.txt"
+      head -40 "$OUT/perf15.txt"
+    else echo "no perf"; fi ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15" >&2; exit 2 ;;
 esac
