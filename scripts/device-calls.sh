@@ -471,7 +471,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc15.log" 2>&1
       grep median "$OUT/alloc15.log"; }
     if command -v perf > /dev/null && fits 40; then
-      timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/memory/bench_memory_alloc \
+      timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/bench_memory_alloc \
         --benchmark_filter='Mixed/threads:8' > /dev/null 2>&1
       perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf15.txt"
       head -40 "$OUT/perf15.txt"
