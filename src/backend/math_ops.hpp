@@ -91,6 +91,11 @@ class GemmPlan {
   // Enqueues the product on `s` (the caller has made the plan's device current). Throws
   // AcceleratorError / Error when the library refuses.
   virtual void run(StreamHandle s, const GemmArgs& args, void* workspace) const = 0;
+  // Plans of one family run the same device code with other launch parameters (cuBLASLt's
+  // split-K count and reduction scheme), so once one of them has run, the others cost no
+  // kernel loading: the tuner's loading budget counts families (tuner.cpp, "Kernel
+  // loading"). By default every plan is its own family.
+  virtual std::string kernel_family() const { return name(); }
 };
 using GemmPlanPtr = std::shared_ptr<const GemmPlan>;
 

@@ -9,6 +9,8 @@
 #include <limits>
 #include <atomic>
 #include <mutex>
+#include <set>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "cudakit/error.hpp"
 #include "kernels/numeric.hpp"
 #include "tunable/candidates.hpp"
+#include "tunable/loading.hpp"
 #include "tunable/settings.hpp"
 #include "tunable/signature.hpp"
 
@@ -145,15 +148,19 @@ Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
 // ms of host time per cuBLASLt kernel on the H200 host, so probing 19 candidates of a bf16
 // 16x4096x4096 product took 39 ms of host time for 0.5 ms of GPU work (torch, timing only
 // its already loaded Default: 7 ms in all). So candidates are loaded in the backend's order
-// of promise (the cuBLASLt heuristic's ranking), in waves of kLoadThreads first runs spread
-// over threads so that the loads overlap, and no further wave starts once the loading has
-// taken longer than the finals are expected to (load_budget_ms): on small products, where
-// timing is cheap, only the most promising candidates are loaded at all. The first runs'
-// results are discarded, and failures are left for the probe below to report (it runs
-// every candidate again, untimed, before timing it).
+// of promise (the cuBLASLt heuristic's ranking), in waves of first runs spread over threads,
+// counted in kernel families (loading.hpp: split-K variants share their kernel), and no
+// further wave starts once the loading has taken longer than the finals are expected to
+// (load_budget_ms): on small products, where timing is cheap, only the most promising
+// families are loaded at all. The first wave holds kFirstWaveFamilies new families, later
+// ones kLoadThreads: with four in the first wave the small products overshot their 5 ms
+// budget 2.5-3.5x (H100, 2026-12-07: 12.7 ms loading 4 families of bf16 1024x4096^2, 17.3 ms
+// on 16x4096^2; the loads did not overlap). The first runs' results are discarded, and
+// failures are left for the probe below to report (it runs every candidate again, untimed,
+// before timing it).
 constexpr std::size_t kLoadThreads = 4;
-// The loading budget is never below this: one wave of loads (~5-8 ms on the H200 host when
-// four loads overlap) always fits.
+constexpr std::size_t kFirstWaveFamilies = 2;
+// The loading budget is never below this: the first wave always runs.
 constexpr double kMinLoadBudgetMs = 5.0;
 
 void first_runs_in_parallel(const std::vector<GemmPlanPtr>& plans, std::size_t begin, std::size_t end,
@@ -415,10 +422,12 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   const double load_budget_ms = load_budget(default_ms);
   double load_ms = 0;
   std::size_t loaded = 1;
+  std::set<std::string> families{fallback_plan.kernel_family()};
   {
     PhaseClock loading;
     while (loaded < all.size()) {
-      const std::size_t end = std::min(all.size(), loaded + kLoadThreads);
+      const std::size_t width = loaded == 1 ? kFirstWaveFamilies : kLoadThreads;
+      const std::size_t end = next_wave_end(all, loaded, families, width);
       first_runs_in_parallel(all, loaded, end, device, s, g, sets.sets.front());
       loaded = end;
       load_ms += loading.lap();
@@ -426,11 +435,14 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
     }
   }
   if (loaded < all.size()) {
-    log(2, "kernel loading took " + ms_text(load_ms) + " for " + std::to_string(loaded - 1) +
-               " candidates (budget " + ms_text(load_budget_ms) + ", Default " +
-               std::to_string(default_ms) + " ms): the " + std::to_string(all.size() - loaded) +
-               " less promising candidates are not tried");
-    all.resize(loaded);
+    const std::size_t first_runs = loaded - 1;
+    const std::size_t kept = with_loaded_families(all, loaded, families);
+    log(2, "kernel loading took " + ms_text(load_ms) + " for " + std::to_string(first_runs) +
+               " candidates of " + std::to_string(families.size() - 1) + " kernel families (budget " +
+               ms_text(load_budget_ms) + ", Default " + std::to_string(default_ms) + " ms); " +
+               std::to_string(kept - loaded) + " more of those families are tried, the " +
+               std::to_string(all.size() - kept) + " less promising candidates are not");
+    all.resize(kept);
   }
   for (GemmPlanPtr& p : all) {
     Probe pr{p};

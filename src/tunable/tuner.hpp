@@ -16,9 +16,10 @@
 //      atol + rtol * |reference| (NaN never matches, as torch.allclose).
 //   3. Probe: Default runs once untimed and kProbeIterations times timed (synchronised), which
 //      sizes the kernel-loading budget (tuner.cpp, kLoadThreads): the other candidates' first
-//      runs (each loads its kernel) go in waves of kLoadThreads threads, in the backend's order
-//      of promise, until the loading has taken as long as the finals are expected to; the rest
-//      are not tried. Then every loaded candidate runs once untimed (a failure at launch drops
+//      runs (each loads its kernel) go in waves over threads, in the backend's order of
+//      promise and counted in kernel families (loading.hpp), until the loading has taken as
+//      long as the finals are expected to; the rest are not tried, except the candidates of
+//      families already loaded. Then every loaded candidate runs once untimed (a failure at launch drops
 //      it) and kProbeIterations times between two events. All candidates are queued back to
 //      back and synchronised once, so probing costs the GPU time of the runs and no host round
 //      trip per candidate.

@@ -7,6 +7,8 @@
 // Skips cleanly without a GPU (CI); scripts/gpu-check.sh runs it on the H200.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -185,6 +187,21 @@ TEST_F(TunableCuda, EveryCandidateComputesTheProduct) {
       if (ws) cuda().mem_free(0, ws);
     }
     if (n == 16) EXPECT_GT(split, 0) << "no split-K candidate for the skinny shape";
+    // The tuner's loading counts kernel families: a split-K variant shares its base's family
+    // and, for the first base that gets splits, comes after the unsplit base (which won on the
+    // H100 where it came after its splits).
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const std::string& name = plans[i]->name();
+      if (name.find("_splitk_1_") != std::string::npos) continue;
+      const auto base = std::find_if(plans.begin(), plans.end(), [&](const GemmPlanPtr& q) {
+        return q->name().find("_splitk_1_") != std::string::npos &&
+               q->kernel_family() == plans[i]->kernel_family();
+      });
+      if (base == plans.end()) continue;  // a split the heuristic proposed itself
+      EXPECT_EQ((*base)->name().substr(0, name.find("_splitk_")), name.substr(0, name.find("_splitk_")));
+      EXPECT_LT(static_cast<std::size_t>(base - plans.begin()), i) << name << " before its base";
+      break;  // the first split of a base: the first base's
+    }
   }
 }
 
