@@ -459,13 +459,15 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
     echo "build done at $(( $(date +%s) - t0 )) s"
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    ctest --test-dir build-gpu -R '^cpp\.test_tunable_cuda$' --output-on-failure > "$OUT/ctest15.log" 2>&1
+    grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest15.log" | head -8
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tunable.py tests/python/test_profiler.py \
       tests/python/test_profiler_trace.py > "$OUT/pytest15.log" 2>&1
     tail -1 "$OUT/pytest15.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest15.log" | head -10
     fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
       grep -E "^\|" "$OUT/bench_profiler_py.log"; }
-    fits 60 && { CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 60 python3 bench/tunable/bench_tunable.py \
-      --shapes 16x4096x4096,1024x4096x4096 --rounds 3 > "$OUT/tunable15.log" 2>&1
+    fits 80 && { CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 80 python3 bench/tunable/bench_tunable.py \
+      --shapes 16x4096x4096,1024x4096x4096,4096x4096x4096 --rounds 3 > "$OUT/tunable15.log" 2>&1
       grep -E "^(\||TunableOp)|loading|final" "$OUT/tunable15.log" | grep -v -- "---" | cut -c1-240 | head -40; }
     fits 60 && { timeout 60 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed' \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc15.log" 2>&1
