@@ -478,5 +478,12 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf15.txt"
       head -40 "$OUT/perf15.txt"
     else echo "no perf"; fi ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15" >&2; exit 2 ;;
+  s15b)  # ~300 s warm right after s15: issue 27's replay time of the default against torch's
+    # default, now the median of 5 replays per process (replay_py.py; one sample was noise).
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    ninja -C build-gpu memory_replay > /dev/null 2>&1
+    timeout ${S15B_SECONDS:-300} python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
+      --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
+    cat "$OUT/replay_time.md" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b" >&2; exit 2 ;;
 esac

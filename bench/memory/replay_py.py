@@ -61,23 +61,36 @@ def run_one(lib: str, path: str) -> dict:
     for is_alloc, _, _, s in events:
         if is_alloc and s and s not in streams:
             streams[s] = make_stream()
-    live = {}
-    sync()
-    t0 = time.perf_counter()
-    for is_alloc, ident, size, s in events:
-        if is_alloc:
-            live[ident] = alloc(size, 0, streams[s]) if s else alloc(size, 0)
-        else:
-            p = live.pop(ident, None)
-            if p is not None:
-                free(p)
-    t1 = time.perf_counter()
-    st = stats(0)
-    for p in live.values():
-        free(p)
+    # One replay is ~2-150 ms, so a single sample is at the mercy of the host: the two copies
+    # of mlp_train (identical events) measured 0.92x and 1.20x torch in one H100 run
+    # (2026-12-07). The replay is repeated REPLAY_REPEATS times (default 5), each from an
+    # empty cache (everything freed, empty_cache, synchronize: the driver calls happen again),
+    # and the median reported; the memory figures are the first replay's.
+    repeats = max(1, int(os.environ.get("REPLAY_REPEATS", "5")))
+    empty_cache = m.empty_cache if lib == "cudakit" else torch.cuda.empty_cache
+    times, st = [], None
+    for _ in range(repeats):
+        live = {}
+        sync()
+        t0 = time.perf_counter()
+        for is_alloc, ident, size, s in events:
+            if is_alloc:
+                live[ident] = alloc(size, 0, streams[s]) if s else alloc(size, 0)
+            else:
+                p = live.pop(ident, None)
+                if p is not None:
+                    free(p)
+        times.append((time.perf_counter() - t0) * 1e3)
+        if st is None:
+            st = stats(0)
+        for p in live.values():
+            free(p)
+        sync()
+        empty_cache()
+    times.sort()
     return {"peak_alloc": st["allocated_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
             "device_allocs": st.get("num_device_alloc", st["segment.all.allocated"]),
-            "ms": (t1 - t0) * 1e3, "events": len(events)}
+            "ms": times[len(times) // 2], "ms_all": times, "events": len(events)}
 
 
 def main() -> int:
