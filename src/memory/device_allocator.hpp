@@ -54,6 +54,7 @@
 #include "backend/memory_ops.hpp"
 #include "backend/stream_ops.hpp"
 #include "cudakit/memory.hpp"
+#include "memory/active_map.hpp"
 #include "memory/alloc_trace.hpp"
 #include "memory/block.hpp"
 #include "memory/config.hpp"
@@ -405,7 +406,7 @@ class DeviceAllocator {
   DeviceMutex mutex_;  // adaptive unless device_mutex_spin:False (locks.hpp)
   NodeResource node_resource_;
   BlockPool small_, large_;
-  std::pmr::unordered_map<std::uintptr_t, Block*> active_;
+  ActiveMap active_;  // live and parked blocks by address
   std::vector<Block*> spare_blocks_;
   std::unordered_set<Block*> segment_heads_;  // non-expandable segments
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_;
