@@ -137,14 +137,12 @@ std::size_t DeviceAllocator::allocation_size(std::size_t size) const {
   return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
-BlockPool& DeviceAllocator::pool_for(std::size_t size, detail::StreamHandle stream) {
-  if (!routes_.empty()) {
-    // Most recent route wins (nested use_mem_pool).
-    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
-      if (!it->filter || it->filter(stream)) {
-        PrivatePool& p = *pools_.at(it->pool);
-        return size <= kSmallSize ? p.small : p.large;
-      }
+BlockPool& DeviceAllocator::routed_pool(std::size_t size, detail::StreamHandle stream) {
+  // Most recent route wins (nested use_mem_pool).
+  for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+    if (!it->filter || it->filter(stream)) {
+      PrivatePool& p = *pools_.at(it->pool);
+      return size <= kSmallSize ? p.small : p.large;
     }
   }
   return size <= kSmallSize ? small_ : large_;
@@ -194,9 +192,8 @@ bool DeviceAllocator::quick_enabled() const noexcept {
   return quick_on_.load(std::memory_order_relaxed) && !async_backend_ && caching_enabled();
 }
 
-Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle stream,
-                                   std::uint8_t client) {
-  const std::size_t size = round_size(orig_size);  // before locking: a short critical section
+Block* DeviceAllocator::quick_take(std::size_t orig_size, std::size_t size,
+                                   detail::StreamHandle stream, std::uint8_t client) {
   std::lock_guard g(fast_lock_);
   // Pool routes and pending record_stream events need the full path (routing decisions,
   // and reuse order after events complete).
@@ -249,9 +246,13 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   if (orig_size > max_request_) reject_impossible(orig_size, stream);
   PendingStack pending;
   PendingScope scope(pending, __builtin_frame_address(0), /*is_free=*/false, 0);
+  // Rounded before locking: the critical section is what 8 allocating threads queue on
+  // (issue 31). round_size reads the divisions as relaxed atomics (a concurrent settings
+  // change gives the old or the new rounding, both valid).
+  const std::size_t size = round_size(orig_size);
   // Only small-pool blocks are parked (quick_put): a larger request never finds one there.
   if (orig_size <= kSmallSize && quick_.maybe_parked() && quick_enabled()) {
-    if (Block* b = quick_take(orig_size, stream, client)) return b;
+    if (Block* b = quick_take(orig_size, size, stream, client)) return b;
   }
   Locked lock(*this);
   if (async_backend_) return malloc_async(lock, orig_size, stream, client);
@@ -265,7 +266,6 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   } else if (!capture_markers_.empty() && stream) {
     reclaim_in_capture(stream);  // torch's free_safe_blocks_in_capture
   }
-  const std::size_t size = round_size(orig_size);
   if (!routes_.empty()) check_pool_awake(pool_for(size, stream), orig_size);
   Block* b = take_cached(size, stream);
   bool moving = false;
