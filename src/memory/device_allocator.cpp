@@ -37,9 +37,7 @@ DeviceAllocator::DeviceAllocator(int device, detail::DeviceOps& devices, detail:
       async_backend_(cfg_.backend == AllocatorConfig::Backend::driver_async),
       mutex_(cfg_.device_mutex_spin),
       small_(true, nullptr, &node_resource_),
-      large_(false, nullptr, &node_resource_),
-      active_(&node_resource_) {
-  active_.reserve(4096);
+      large_(false, nullptr, &node_resource_) {
   quick_on_.store(cfg_.quick_cache, std::memory_order_relaxed);
   for (std::size_t i = 0; i < divisions_.size(); ++i)
     divisions_[i].store(cfg_.roundup_power2_divisions[i], std::memory_order_relaxed);
@@ -139,14 +137,12 @@ std::size_t DeviceAllocator::allocation_size(std::size_t size) const {
   return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
-BlockPool& DeviceAllocator::pool_for(std::size_t size, detail::StreamHandle stream) {
-  if (!routes_.empty()) {
-    // Most recent route wins (nested use_mem_pool).
-    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
-      if (!it->filter || it->filter(stream)) {
-        PrivatePool& p = *pools_.at(it->pool);
-        return size <= kSmallSize ? p.small : p.large;
-      }
+BlockPool& DeviceAllocator::routed_pool(std::size_t size, detail::StreamHandle stream) {
+  // Most recent route wins (nested use_mem_pool).
+  for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+    if (!it->filter || it->filter(stream)) {
+      PrivatePool& p = *pools_.at(it->pool);
+      return size <= kSmallSize ? p.small : p.large;
     }
   }
   return size <= kSmallSize ? small_ : large_;
@@ -196,9 +192,8 @@ bool DeviceAllocator::quick_enabled() const noexcept {
   return quick_on_.load(std::memory_order_relaxed) && !async_backend_ && caching_enabled();
 }
 
-Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle stream,
-                                   std::uint8_t client) {
-  const std::size_t size = round_size(orig_size);  // before locking: a short critical section
+Block* DeviceAllocator::quick_take(std::size_t orig_size, std::size_t size,
+                                   detail::StreamHandle stream, std::uint8_t client) {
   std::lock_guard g(fast_lock_);
   // Pool routes and pending record_stream events need the full path (routing decisions,
   // and reuse order after events complete).
@@ -213,8 +208,8 @@ Block* DeviceAllocator::quick_take(std::size_t orig_size, detail::StreamHandle s
 }
 
 Block* DeviceAllocator::live_block(const void* ptr) const {
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  return it == active_.end() || it->second->parked ? nullptr : it->second;
+  Block* b = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  return b && !b->parked ? b : nullptr;
 }
 
 int DeviceAllocator::quick_put(void* ptr) {
@@ -251,9 +246,13 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   if (orig_size > max_request_) reject_impossible(orig_size, stream);
   PendingStack pending;
   PendingScope scope(pending, __builtin_frame_address(0), /*is_free=*/false, 0);
+  // Rounded before locking: the critical section is what 8 allocating threads queue on
+  // (issue 31). round_size reads the divisions as relaxed atomics (a concurrent settings
+  // change gives the old or the new rounding, both valid).
+  const std::size_t size = round_size(orig_size);
   // Only small-pool blocks are parked (quick_put): a larger request never finds one there.
   if (orig_size <= kSmallSize && quick_.maybe_parked() && quick_enabled()) {
-    if (Block* b = quick_take(orig_size, stream, client)) return b;
+    if (Block* b = quick_take(orig_size, size, stream, client)) return b;
   }
   Locked lock(*this);
   if (async_backend_) return malloc_async(lock, orig_size, stream, client);
@@ -267,7 +266,6 @@ Block* DeviceAllocator::malloc(std::size_t orig_size, detail::StreamHandle strea
   } else if (!capture_markers_.empty() && stream) {
     reclaim_in_capture(stream);  // torch's free_safe_blocks_in_capture
   }
-  const std::size_t size = round_size(orig_size);
   if (!routes_.empty()) check_pool_awake(pool_for(size, stream), orig_size);
   Block* b = take_cached(size, stream);
   bool moving = false;
@@ -409,7 +407,7 @@ Block* DeviceAllocator::finish_alloc(Block* b, std::size_t size, std::size_t ori
   b->allocated = true;
   b->requested = orig_size;
   b->client = client;
-  active_.emplace(b->ptr, b);
+  active_.insert(b->ptr, b);
   if (pool.owner) ++pool.owner->live_blocks;
   stats_.alloc(pool.is_small, b->size, orig_size, oversize(b->size), client);
   if (allocator_events_wanted()) note_event("alloc", b->ptr, orig_size, stream, b);
@@ -428,13 +426,13 @@ bool DeviceAllocator::free(void* ptr) {
   }
   Locked lock(*this);
   quick_.count_slow_free();
-  auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == active_.end() || it->second->parked) return false;
-  Block* b = it->second;
+  const std::size_t slot = active_.slot_of(reinterpret_cast<std::uintptr_t>(ptr));
+  if (slot == ActiveMap::npos || active_.at(slot)->parked) return false;
+  Block* b = active_.at(slot);
+  active_.erase_slot(slot);  // before quick_flush, whose erases move members between slots
   // A full quick cache holds blocks nobody asked for again: give them back so later frees
   // can park (otherwise stale blocks would fill it and every free would pay twice).
   if (!quick_.has_room()) quick_flush();
-  active_.erase(it);
   b->allocated = false;
   b->free_epoch = ++free_epoch_;
   stats_.free_requested(b->pool->is_small, b->size, b->requested, oversize(b->size), b->client);
@@ -733,8 +731,9 @@ void DeviceAllocator::apply_settings(const AllocatorConfig& c) {
     cfg_.max_split_size = c.max_split_size;
     stats_.set_max_split_size(c.max_split_size);
     std::int64_t allocations = 0, segments = 0;
-    for (const auto& [ptr, b] : active_)
+    active_.for_each([&](const Block* b) {
       if (!b->parked && b->allocated && !b->async && oversize(b->size)) ++allocations;
+    });
     for (const Block* h : segment_heads_) {
       std::size_t n = 0;
       for (const Block* x = h; x; x = x->next) n += x->size;

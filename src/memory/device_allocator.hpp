@@ -54,6 +54,7 @@
 #include "backend/memory_ops.hpp"
 #include "backend/stream_ops.hpp"
 #include "cudakit/memory.hpp"
+#include "memory/active_map.hpp"
 #include "memory/alloc_trace.hpp"
 #include "memory/block.hpp"
 #include "memory/config.hpp"
@@ -246,7 +247,12 @@ class DeviceAllocator {
                       detail::StreamHandle stream, std::uint8_t client);
   Block* new_block();
   void recycle(Block* b);
-  BlockPool& pool_for(std::size_t size, detail::StreamHandle stream);
+  // Inline for the common case (no route): malloc asks two or three times per allocation.
+  BlockPool& pool_for(std::size_t size, detail::StreamHandle stream) {
+    if (!routes_.empty()) [[unlikely]] return routed_pool(size, stream);
+    return size <= kSmallSize ? small_ : large_;
+  }
+  BlockPool& routed_pool(std::size_t size, detail::StreamHandle stream);
   // Whether `pool` grows by expandable segments (caching allocations): the default pools do
   // when expandable_segments is on, the small one only with expandable_small (config.hpp);
   // private pools never.
@@ -275,7 +281,8 @@ class DeviceAllocator {
 
   // ---- quick cache (device_allocator.cpp) ----
   bool quick_enabled() const noexcept;
-  Block* quick_take(std::size_t orig_size, detail::StreamHandle stream, std::uint8_t client);
+  Block* quick_take(std::size_t orig_size, std::size_t size, detail::StreamHandle stream,
+                    std::uint8_t client);
   int quick_put(void* ptr);  // 1 parked, 0 not live here, -1 take the slow path
   void quick_flush();        // both locks held: parked blocks back to the free sets
   // fast_lock_ held: the live (allocated, not parked) block at `ptr`, or nullptr.
@@ -405,7 +412,7 @@ class DeviceAllocator {
   DeviceMutex mutex_;  // adaptive unless device_mutex_spin:False (locks.hpp)
   NodeResource node_resource_;
   BlockPool small_, large_;
-  std::pmr::unordered_map<std::uintptr_t, Block*> active_;
+  ActiveMap active_;  // live and parked blocks by address
   std::vector<Block*> spare_blocks_;
   std::unordered_set<Block*> segment_heads_;  // non-expandable segments
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_;

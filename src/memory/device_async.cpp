@@ -34,7 +34,7 @@ Block* DeviceAllocator::malloc_async(Locked& lock, std::size_t size, detail::Str
   b->allocated = true;
   b->requested = size;
   b->client = client;
-  active_.emplace(b->ptr, b);
+  active_.insert(b->ptr, b);
   stats_.alloc(small, size, size, oversize(size), client);
   if (allocator_events_wanted()) note_event("alloc", b->ptr, size, stream, b);
   return b;

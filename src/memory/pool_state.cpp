@@ -129,7 +129,7 @@ PoolStateDelta DeviceAllocator::restore_pool_state(const PoolState& st) {
         cur->allocated = true;
         cur->requested = bs.requested ? bs.requested : bs.size;
         cur->client = static_cast<std::uint8_t>(bs.client);
-        active_.emplace(cur->ptr, cur);
+        active_.insert(cur->ptr, cur);
         ++p.live_blocks;
         stats_.alloc(pool.is_small, cur->size, cur->requested, oversize(cur->size), cur->client);
         if (allocator_events_wanted()) note_event("alloc", cur->ptr, cur->requested, cur->stream, cur);
