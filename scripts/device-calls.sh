@@ -485,5 +485,36 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     timeout ${S15B_SECONDS:-300} python3 bench/memory/replay_table.py bench/memory/traces bench/memory/traces/issue27 \
       --conf "" --replay build-gpu/bench/memory/memory_replay --time --markdown > "$OUT/replay_time.md" 2>&1
     cat "$OUT/replay_time.md" ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b" >&2; exit 2 ;;
+  s16)  # ~480 s cold (2026-12-08): this session's changes on the GPU: TunableOp's loading in kernel
+    # families (cuda tests, verbose log on the small shapes and 4096^3 beside torch), the
+    # allocator's live-block table and shorter locked section (Mixed 8 threads against c10,
+    # perf profile), history with Python stacks (bench_history beside torch), issue 28 item 4
+    # from Python (bench_profiler.py beside torch.profiler, never run on a GPU before).
+    t0=$(date +%s); D=${S16_SECONDS:-560}
+    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable_cuda bench_profiler alloc_vs_torch bench_memory_alloc memory_replay" \
+      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    echo "build done at $(( $(date +%s) - t0 )) s"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    ctest --test-dir build-gpu -R '^cpp\.test_tunable_cuda$' --output-on-failure > "$OUT/ctest16.log" 2>&1
+    grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest16.log" | head -8
+    CUDAKIT_TEST_SYNC_DEBUG=error timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tunable.py \
+      tests/python/test_profiler.py tests/python/test_profiler_trace.py tests/python/test_memory.py \
+      tests/python/test_torch_memory_viz.py tests/python/test_memory_torch_viz.py > "$OUT/pytest16.log" 2>&1
+    tail -1 "$OUT/pytest16.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest16.log" | head -10
+    fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
+      grep -E "^\|" "$OUT/bench_profiler_py.log"; }
+    fits 50 && { timeout 50 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"; }
+    fits 60 && { timeout 60 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed' \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc16.log" 2>&1
+      grep median "$OUT/alloc16.log"; }
+    fits 80 && { CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 80 python3 bench/tunable/bench_tunable.py \
+      --shapes 16x4096x4096,1024x4096x4096,4096x4096x4096 --rounds 3 > "$OUT/tunable16.log" 2>&1
+      grep -E "^(\||TunableOp)|loading|final" "$OUT/tunable16.log" | grep -v -- "---" | grep -v "probe\|final " | cut -c1-240 | head -30; }
+    if command -v perf > /dev/null && fits 40; then
+      timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/bench_memory_alloc \
+        --benchmark_filter='Mixed/threads:8' > /dev/null 2>&1
+      perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf16.txt"
+      head -30 "$OUT/perf16.txt"
+    else echo "no perf"; fi ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b|s16" >&2; exit 2 ;;
 esac
