@@ -6,7 +6,10 @@
 #include <frameobject.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <unordered_set>
 
 // 3.11 and 3.12: the interpreter's own frame records are walked directly. The public walk
@@ -68,13 +71,15 @@ inline bool frame_at(_PyInterpreterFrame* fr, PyFrameRef& out) {
 // record's raw (code, current instruction) with the entry's and copies the entry's frame out
 // instead of computing it; the history then compares one key instead of every frame; and the
 // frames' code objects are known to be kept alive already (keep_alive runs on a miss only).
-// Only stacks whose every record is past its code's prologue are kept: for those frame_at
-// depends on (code, current instruction) alone, not on the record's owner, so equal raw
-// records mean equal frames (a stack with a record in its prologue, a generator starting
-// say, is walked in full each time, and has no key).
+// frame_at depends on the record's (code, current instruction) and, for a record in its
+// code's prologue, on its owner, which only a generator's or coroutine's code changes: a stack
+// with such a record (a generator starting, say) is walked in full each time, and has no key;
+// for any other stack equal raw records mean equal frames. The records of frames not started
+// (3.12's shim frames at each entry from C, among them) are kept too, marked with lasti
+// kIncomplete, and skipped on the copy without a branch.
 // Measured (callgrind, 5-frame stacks, Python 3.11): the walk with frame_at 30 instructions
 // per frame; comparing the computed frames with the entry's after the walk cost as much
-// again; this comparison with the copy ~16 per frame.
+// again; this comparison with the copy ~20 per record.
 // A key is never reused for other frames: an entry that changes gets a new one. Direct-mapped
 // by the innermost record: two call paths through one wrapper (a tensor factory called from
 // two places) share an entry and miss in turn; a miss walks twice (~45 instructions a frame),
@@ -82,31 +87,50 @@ inline bool frame_at(_PyInterpreterFrame* fr, PyFrameRef& out) {
 // Guarded by the GIL: the hook walks only with it held. (Per-interpreter GILs, 3.12: a
 // single-phase module like this one cannot be imported into a subinterpreter with a GIL of
 // its own, so every caller holds the one GIL.)
+constexpr int kIncomplete = INT_MIN;
+constexpr int kMaxRecords = 2 * kMaxPythonFrames;  // a deeper walk is not kept
+// A record with its frame laid out as a PyFrameRef followed by the step to the next frame of
+// `out` (the PyFrameRef's padding), so that the copy is one 16-byte move and the step one add.
+struct KnownRecord {
+  const void* code;
+  int lasti;          // kIncomplete: a frame not started, not handed out
+  int step;           // 1, or 0 for an incomplete record
+  const void* instr;  // prev_instr
+};
+static_assert(sizeof(PyFrameRef) == 16 && offsetof(PyFrameRef, code) == 0 &&
+              offsetof(PyFrameRef, lasti) == offsetof(KnownRecord, lasti));
 struct KnownStack {
   std::uint64_t key = 0;  // 0: empty
-  int n = 0;
+  int records = 0;
+  int n = 0;            // frames (complete records)
   int max = 0;          // the capture's max (the walk stops at max frames)
   bool to_end = false;  // the walk ended at the outermost record, not at max frames
-  const void* instr[kMaxPythonFrames];  // each record's prev_instr (its code is f[i].code)
-  PyFrameRef f[kMaxPythonFrames];
+  KnownRecord rec[kMaxRecords];
 };
-constexpr unsigned kKnownStacks = 256;  // ~400 KB of zero pages, touched as used
+constexpr unsigned kKnownStacks = 256;  // ~800 KB of zero pages, touched as used
 KnownStack g_known[kKnownStacks];
 std::uint64_t g_last_key = 0;
 
-// The walk of an unknown stack: fills `out` and, where every record is past its prologue,
-// the entry.
+// The walk of a stack not in the table: fills `out` and, where the stack can have a key, the
+// entry.
 __attribute__((noinline)) int capture_unknown(_PyInterpreterFrame* fr, KnownStack& k,
                                               PyFrameRef* out, int max, std::uint64_t* key) {
-  int n = 0;
+  int n = 0, records = 0;
   bool keep = true;
   for (; fr && n < max; fr = fr->previous) {
-    const bool complete = frame_at(fr, out[n]);
     PyCodeObject* code = fr->f_code;
-    keep &= reinterpret_cast<const char*>(fr->prev_instr) >=
-            reinterpret_cast<const char*>(_PyCode_CODE(code) + code->_co_firsttraceable);
+    const bool complete = frame_at(fr, out[n]);
+    const bool prologue = reinterpret_cast<const char*>(fr->prev_instr) <
+                          reinterpret_cast<const char*>(_PyCode_CODE(code) + code->_co_firsttraceable);
+    if (prologue && (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)))
+      keep = false;  // frame_at depends on the owner here
+    if (records < kMaxRecords) {
+      k.rec[records++] = {code, complete ? out[n].lasti : kIncomplete, complete ? 1 : 0,
+                          fr->prev_instr};
+    } else {
+      keep = false;
+    }
     if (!complete) continue;
-    k.instr[n] = fr->prev_instr;
     keep_alive(code);
     ++n;
   }
@@ -114,7 +138,7 @@ __attribute__((noinline)) int capture_unknown(_PyInterpreterFrame* fr, KnownStac
     k.key = 0;
     return n;
   }
-  std::copy(out, out + n, k.f);
+  k.records = records;
   k.n = n;
   k.max = max;
   k.to_end = fr == nullptr;
@@ -131,19 +155,23 @@ int capture_keyed(PyThreadState* ts, PyFrameRef* out, int max, std::uint64_t* ke
   KnownStack& k = g_known[(h ^ (h >> 8)) & (kKnownStacks - 1)];
   if (k.key && k.max == max) {
     // Compared and copied in one pass, without an early exit on a difference (a mispredicted
-    // exit costs more than the records left; a miss overwrites `out` anyway).
+    // exit costs more than the records left; a miss overwrites `out` anyway). An incomplete
+    // record's frame is written and then overwritten by the next one: *o exists, since
+    // o < out + k.n <= out + max wherever a record follows.
     std::uintptr_t diff = 0;
     _PyInterpreterFrame* fr = top;
-    for (int i = 0; i < k.n; ++i) {
+    PyFrameRef* o = out;
+    for (const KnownRecord *r = k.rec, *end = k.rec + k.records; r != end; ++r) {
       if (!fr) [[unlikely]] {  // fewer records than the entry's
         diff = 1;
         break;
       }
       diff |= (reinterpret_cast<std::uintptr_t>(fr->f_code) ^
-               reinterpret_cast<std::uintptr_t>(k.f[i].code)) |
+               reinterpret_cast<std::uintptr_t>(r->code)) |
               (reinterpret_cast<std::uintptr_t>(fr->prev_instr) ^
-               reinterpret_cast<std::uintptr_t>(k.instr[i]));
-      out[i] = k.f[i];
+               reinterpret_cast<std::uintptr_t>(r->instr));
+      std::memcpy(static_cast<void*>(o), r, sizeof(PyFrameRef));  // code, lasti (step: padding)
+      o += r->step;
       fr = fr->previous;
     }
     if (k.to_end && fr) diff = 1;  // more records than the entry's
