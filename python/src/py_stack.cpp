@@ -130,9 +130,10 @@ __attribute__((noinline)) int capture_unknown(_PyInterpreterFrame* fr, KnownStac
     } else {
       keep = false;
     }
-    if (!complete) continue;
+    // Every code object of the entry, an incomplete record's too: one freed could leave its
+    // address to another, and the entry would then match records it never saw.
     keep_alive(code);
-    ++n;
+    n += complete;
   }
   if (!keep) {
     k.key = 0;
