@@ -39,28 +39,9 @@ MempoolId required_pool_id(py::handle v, Arg a) {
   return *pool_id_arg(v, a);
 }
 
-// Python stacks for _record_memory_history(stacks="python"/"all") (py_stack.hpp), captured on
-// the allocating thread; file/line/name are looked up at snapshot time. A Python thread that
-// released the GIL around native work (torch's ops do, and allocate through the plug-in from
-// there) still has its frames: the GIL is taken back for the walk, as torch's own allocator
-// does for its tracebacks, before any allocator lock (PendingScope). Threads that never ran
-// Python (no thread state) have no Python stack and pay nothing.
-void capture_python_stack(std::vector<PyFrameRef>& out) {
-  if (!Py_IsInitialized()) return;
-  if (PyGILState_Check()) {
-    capture_python_frames(out);
-    return;
-  }
-#if PY_VERSION_HEX >= 0x030D0000
-  if (!PyGILState_GetThisThreadState() || Py_IsFinalizing()) return;
-#else
-  if (!PyGILState_GetThisThreadState() || _Py_IsFinalizing()) return;
-#endif
-  PyGILState_STATE g = PyGILState_Ensure();
-  capture_python_frames(out);
-  PyGILState_Release(g);
-}
-
+// Python stacks for _record_memory_history(stacks="python"/"all") are captured by
+// capture_python_stack (py_stack.hpp) on the allocating thread, before any allocator lock
+// (PendingScope); file/line/name are looked up here, at snapshot time.
 void symbolize_python_frame(const PyFrameRef& fr, std::string& file, int& line,
                             std::string& name) {
   file = "??";

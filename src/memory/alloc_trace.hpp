@@ -44,21 +44,14 @@ class PendingScope {
     PendingStack*& slot = t_pending;
     slot = &p;
     slot_ = &slot;
-    p_ = &p;
   }
   ~PendingScope() {
-    if (!p_) return;
-    *slot_ = nullptr;
-    if (p_->cap.py.capacity()) {  // Python stacks: the buffer goes back for the next call
-      p_->cap.py.clear();
-      py_frames_spare().swap(p_->cap.py);
-    }
+    if (slot_) *slot_ = nullptr;
   }
   PendingScope(const PendingScope&) = delete;
   PendingScope& operator=(const PendingScope&) = delete;
 
  private:
-  PendingStack* p_ = nullptr;
   PendingStack** slot_ = nullptr;
 };
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <span>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -21,27 +22,6 @@ namespace cudakit::memory {
 
 std::atomic<bool> g_history_enabled{false};
 constinit HotSettings g_hot;
-namespace {
-// The pointer is trivially destructible, so it stays valid until the thread ends; the
-// vector is freed by t_spare_release's destructor at thread exit (a call after that makes
-// a new one, which then leaks: rare, and better than using a destroyed object).
-thread_local std::vector<PyFrameRef>* t_spare = nullptr;
-struct SpareRelease {
-  ~SpareRelease() {
-    delete t_spare;
-    t_spare = nullptr;
-  }
-};
-thread_local SpareRelease t_spare_release;
-}  // namespace
-
-std::vector<PyFrameRef>& py_frames_spare() noexcept {
-  if (!t_spare) {
-    t_spare = new std::vector<PyFrameRef>();
-    (void)&t_spare_release;  // odr-use: registers its destructor for this thread
-  }
-  return *t_spare;
-}
 std::atomic<AllocatorObserver> g_allocator_observer{nullptr};  // [profiler tracer]
 
 namespace {
@@ -256,13 +236,11 @@ void capture_stack_slow(CapturedStack& out, const void* entry_frame, bool is_fre
   out.depth = !s.cpp_stacks.load(std::memory_order_relaxed) ? 0
               : t_foreign_caller ? unwind_from(out.pc, kMaxStackFrames, entry)
                                  : walk_from(out.pc, kMaxStackFrames, entry);
-  out.py.clear();
+  out.py_depth = 0;
+  out.py_key = 0;
   if (s.py_stacks.load(std::memory_order_relaxed)) {
-    // The frames go into this thread's spare buffer (returned by PendingScope), so a call
-    // allocates nothing once the buffer has grown to the stack's depth (a fresh vector per
-    // call grew 1, 2, 4, 8... and was freed again: ~4 heap operations per allocator call).
-    if (out.py.capacity() == 0) out.py.swap(py_frames_spare());
-    if (PyStackHook h = g_py_hook.load()) h(out.py);
+    if (PyStackHook h = g_py_hook.load(std::memory_order_acquire))
+      out.py_depth = std::clamp(h(out.py.f, kMaxPythonFrames, &out.py_key), 0, kMaxPythonFrames);
   }
 }
 
@@ -300,15 +278,18 @@ StackRecord* HistoryRecorder::intern(CapturedStack& cap) {
     h = (h ^ v) * 0x9E3779B97F4A7C15ull;
     return h ^ (h >> 31);
   };
-  std::uint64_t h = depth ^ (cap.py.size() << 32);
+  const PyFrameRef* py = cap.py.f;
+  const auto py_depth = static_cast<std::size_t>(cap.py_depth);
+  std::uint64_t h = depth ^ (py_depth << 32);
   for (std::size_t i = 0; i < depth; ++i) h = mix(h, reinterpret_cast<std::uintptr_t>(cap.pc[i]));
-  for (const PyFrameRef& f : cap.py) {
+  for (const PyFrameRef& f : std::span(py, py_depth)) {
     h = mix(h, reinterpret_cast<std::uintptr_t>(f.code));
     h = mix(h, static_cast<std::uint64_t>(f.lasti));
   }
   if (!buckets_.empty()) {
     for (StackRecord* r = buckets_[h & (buckets_.size() - 1)]; r; r = r->next) {
       if (r->hash == h && same_stack(r, cap)) {
+        r->py_key = cap.py_key;
         return r;
       }
     }
@@ -334,7 +315,8 @@ StackRecord* HistoryRecorder::intern(CapturedStack& cap) {
   // (when a record went back to the pool in between) and must still see its Python frames
   // (a swap left them empty: Python-less duplicates in snapshots). Pooled records keep their
   // vectors' capacity, so the copy allocates nothing in the steady state.
-  r->py.assign(cap.py.begin(), cap.py.end());
+  r->py.assign(py, py + py_depth);
+  r->py_key = cap.py_key;
   r->interned = true;
   StackRecord*& b = buckets_[h & (buckets_.size() - 1)];
   r->next = b;
@@ -358,6 +340,7 @@ void HistoryRecorder::pool(StackRecord* r) noexcept {
   if (mru_[0] == r) mru_[0] = nullptr;
   if (mru_[1] == r) mru_[1] = nullptr;
   r->py.clear();
+  r->py_key = 0;
   r->next = free_;
   free_ = r;
   ++pooled_;

@@ -37,6 +37,17 @@
 //    2100 -> 1599, no stacks 1516 -> 1266, history off 1004 -> 1006 (1.59x and 1.26x of
 //    off: the ≤ 1.3x goal is met without stacks, still missed with C++ stacks, where the
 //    walk (~100 per call), the stack comparison (~45) and the trace rules are what is left).
+//  * Issue 31, Python stacks (bench/python/history_pair_callgrind.py: bench_history.py's loop,
+//    5 Python frames, Python 3.11, emulated): a capture's Python frames go into a buffer in
+//    the CapturedStack (no thread_local vector swapped in and out: ~100 instructions and 3 TLS
+//    look-ups per stack), and the capture hook names a stack it has seen with a key, so
+//    adopt() compares one key instead of every frame (the bindings' known-stack table,
+//    python/src/py_stack.cpp, also makes the walk ~2x cheaper). Instructions per 512 B pair:
+//    Python stacks 6356 -> 5936, Python + C++ 6614 -> 6194, history off 5069 -> 5063, no
+//    stacks 5383 -> 5362 (Python stacks: 1.25x -> 1.17x off in instructions; +1287 -> +873).
+//    Left per pair (vs no stacks, +574): the two walks ~300 (~17 per frame record and ~45 per
+//    stack), the GIL check ~80 (3.11; one thread_local read on 3.12), capture_stack_slow
+//    ~76, the hook call ~40, AllocTrace::record's stack rules and key comparison ~63.
 //
 // Thread-safety: record_memory_history() and history_settings() are thread-safe (settings are
 // atomics, read racily on the allocation path: they only change when history is switched).
@@ -163,18 +174,22 @@ void symbolize_python_frame(const PyFrameRef& frame, std::string& file, int& lin
                             std::string& name);
 
 // A stack captured at the entry of an allocator call (on the caller's stack, before locking).
+// The Python frames go into a buffer of the capture's own, left uninitialised (constructing
+// 64 frames would cost every allocator call 128 stores, history off included): a vector here
+// had to be swapped in from a thread_local spare buffer and back at every call, ~100
+// instructions and 3 TLS look-ups per captured stack (issue 31).
 struct CapturedStack {
   bool valid = false;  // false: this call records no stack (settings say so)
   bool is_free = false;  // a free's stack (the recorder caches one stack of each kind)
   int depth = 0;
+  int py_depth = 0;
+  std::uint64_t py_key = 0;  // the capture hook's name for the Python frames (0: none)
   void* pc[kMaxStackFrames];
-  std::vector<PyFrameRef> py;
+  union PyBuffer {
+    PyBuffer() noexcept {}  // leaves the frames uninitialised
+    PyFrameRef f[kMaxPythonFrames];
+  } py;
 };
-// This thread's reusable buffer for Python frames: capture_stack takes it into an empty
-// CapturedStack::py, and PendingScope gives a buffer back when the call ends. On the heap
-// behind a trivially destructible thread_local pointer: an allocator call made while the
-// thread's thread_locals are destroyed must not swap in a destroyed vector.
-std::vector<PyFrameRef>& py_frames_spare() noexcept;
 // Fills `out` for an allocator call whose public entry has frame address `entry_frame`
 // (frames at and below it are the allocator's own). `is_free`: context "all" only.
 // Inline, as far as the settings check: a call that keeps no stack costs no call (the walk,
@@ -247,6 +262,7 @@ struct alignas(16) StackRecord {
   bool interned = false;
   void* pc[kMaxStackFrames];
   std::vector<PyFrameRef> py;  // keeps its capacity across reuse
+  std::uint64_t py_key = 0;  // the key of a capture with these frames (CapturedStack::py_key)
   StackRecord* next = nullptr;  // free list, or the intern table's bucket chain
 };
 
@@ -280,7 +296,10 @@ class HistoryRecorder {
   StackRecord* adopt(CapturedStack& cap) {
     if (!cap.valid) return nullptr;
     StackRecord* mru = mru_[cap.is_free];
-    if (mru && same_stack(mru, cap)) return mru;
+    if (mru && same_stack(mru, cap)) {
+      mru->py_key = cap.py_key;  // the same frames: the newest key hits next time
+      return mru;
+    }
     return adopt_slow(cap);
   }
   static void retain(StackRecord* r) noexcept {
@@ -381,8 +400,15 @@ class HistoryRecorder {
     for (int i = 0; i < cap.depth; ++i) {
       if (r->pc[i] != cap.pc[i]) return false;
     }
-    return r->py.size() == cap.py.size() &&
-           (cap.py.empty() || std::equal(cap.py.begin(), cap.py.end(), r->py.begin()));
+    // Equal nonzero keys mean equal frames (PyStackHook's contract): one comparison instead
+    // of one per frame. Unequal keys may still name equal frames (the hook forgot the stack
+    // and named it again), so those are compared.
+    if (cap.py_key && r->py_key == cap.py_key) return true;
+    if (r->py.size() != static_cast<std::size_t>(cap.py_depth)) return false;
+    for (int i = 0; i < cap.py_depth; ++i) {
+      if (r->py[i] != cap.py.f[i]) return false;
+    }
+    return true;
   }
   void unintern(StackRecord* r) noexcept;
   std::vector<Slot> ring_;

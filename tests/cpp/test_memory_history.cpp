@@ -356,7 +356,10 @@ TEST(MemoryHistory, ThreadsRecordWhileSnapshotsAreTaken) {
 namespace {
 char g_code[1];  // a fake interpreter: every allocator call gets a Python stack of its own
 std::atomic<int> g_py_calls{0};
-void fake_capture(std::vector<PyFrameRef>& out) { out.push_back(PyFrameRef{g_code, g_py_calls++}); }
+int fake_capture(PyFrameRef* out, int max, std::uint64_t*) {
+  out[0] = PyFrameRef{g_code, g_py_calls++};
+  return 1;
+}
 void fake_symbolize(const PyFrameRef& f, std::string& file, int& line, std::string& name) {
   file = "fake.py";
   line = f.lasti;
@@ -422,6 +425,38 @@ TEST(MemoryHistory, StateModeBlockOnNewSegmentKeepsPythonFrames) {
   void* p = caching_allocator_alloc(64 << 20);
   EXPECT_TRUE(block_has_python_frames(json::parse(memory_snapshot_json()), p));
   caching_allocator_delete(p);
+}
+
+// PyStackHook's key (issue 31): equal nonzero keys stand for equal frames, so the recorder
+// compares keys; a new key for frames it holds already (the hook forgot and renamed them), or
+// no key, still finds the right stack.
+namespace {
+int g_keyed_lasti = 0;
+std::uint64_t g_keyed_key = 0;
+int keyed_capture(PyFrameRef* out, int max, std::uint64_t* key) {
+  out[0] = PyFrameRef{g_code, g_keyed_lasti};
+  *key = g_keyed_key;
+  return 1;
+}
+}  // namespace
+
+TEST(MemoryHistory, PythonStackKeysNameTheirFrames) {
+  HistoryOff off;
+  set_python_stack_hooks(keyed_capture, fake_symbolize);
+  record_memory_history("all", "all", "python", 100);
+  const std::pair<int, std::uint64_t> steps[] = {{1, 7}, {1, 7}, {2, 8}, {2, 9}, {2, 9}, {1, 0}, {1, 10}};
+  for (const auto& [lasti, key] : steps) {
+    g_keyed_lasti = lasti;
+    g_keyed_key = key;
+    void* p = caching_allocator_alloc(4096);
+    caching_allocator_delete(p);
+    const auto es = entries_for(traces(), reinterpret_cast<std::uintptr_t>(p));
+    ASSERT_GE(es.size(), 3u);  // alloc, free_requested, free_completed (and earlier pairs')
+    const std::vector<std::string> want{"pyframe_" + std::to_string(lasti)};
+    for (std::size_t i = es.size() - 3; i < es.size(); ++i)
+      EXPECT_EQ(names(es[i]), want) << "lasti " << lasti << " key " << key;
+  }
+  set_python_stack_hooks(nullptr, nullptr);
 }
 
 // torch's recordHistory (test_memory_plots_history_context): switching the context off and on

@@ -327,6 +327,60 @@ def test_snapshot_history_and_pickle(tmp_path):
     assert (tmp_path / "snap.json").stat().st_size > 10
 
 
+# The bindings' known-stack table (issue 31) hands out a cached stack when the frame records
+# match: every entry must still show exactly the frames of its own call. Repeated call sites,
+# two call paths through one wrapper (one table entry, missing in turn), two calls differing
+# only in one frame's offset, a generator, a call back from C (sorted's key: a shim record on
+# 3.12) and another thread.
+def test_history_python_frames_are_each_calls_own():
+    import threading
+    import traceback
+
+    calls = []
+
+    def alloc_here():
+        callers = traceback.extract_stack()[:-1]
+        p = mem.caching_allocator_alloc(512)  # ALLOC-LINE
+        calls.append((p, callers))
+        mem.caching_allocator_delete(p)
+
+    def path_a():
+        alloc_here()
+
+    def path_b():
+        alloc_here()
+
+    def gen():
+        for _ in range(2):
+            alloc_here()
+            yield
+
+    mem._record_memory_history(context="all", stacks="python", max_entries=100000)
+    try:
+        for _ in range(3):
+            path_a()
+            path_b()
+            alloc_here()
+            alloc_here()  # the same frames as the line above but for this one's offset
+        list(gen())
+        sorted([3, 1, 2], key=lambda v: (alloc_here(), v)[1])
+        t = threading.Thread(target=path_a)
+        t.start()
+        t.join()
+        traces = mem._snapshot()["device_traces"][0]
+    finally:
+        mem._record_memory_history(None)
+    alloc_line = next(i for i, line in enumerate(open(__file__).read().splitlines(), 1)
+                      if line.endswith("# ALLOC-LINE"))
+    allocs = [e for e in traces if e["action"] == "alloc" and e["size"] == 512]
+    assert [e["addr"] for e in allocs] == [p for p, _ in calls]  # one entry per call, in order
+    for e, (p, callers) in zip(allocs, calls):
+        got = [(f["name"], f["line"]) for f in e["frames"]]
+        want = [("alloc_here", alloc_line)] + [(c.name, c.lineno) for c in reversed(callers)]
+        assert got[0][0] == "caching_allocator_alloc", got
+        assert got[1:] == want[:len(got) - 1], (got, want)
+
+
 # torch's own test_memory_plots_* (test/test_cuda.py), written against cudakit's API: what is
 # in the snapshot under each `context`, and which history switches keep the trace.
 @pytest.mark.parametrize("context", ["alloc", "all", "state"])
