@@ -516,5 +516,15 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
       perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf16.txt"
       head -30 "$OUT/perf16.txt"
     else echo "no perf"; fi ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b|s16" >&2; exit 2 ;;
+  s17)  # ~200 s cold (2026-12-08, last call): TunableOp's loading waves sized by the rest of the
+    # budget, bf16 / fp16 beside torch on the two small shapes and 4096^3, verbose log.
+    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 80 python3 bench/tunable/bench_tunable.py \
+      --shapes 16x4096x4096,1024x4096x4096,4096x4096x4096 --rounds 3 > "$OUT/tunable17.log" 2>&1
+    grep -E "^\||loading|tuning time" "$OUT/tunable17.log" | grep -v -- "---" | cut -c1-250
+    timeout 50 python3 bench/tunable/bench_tunable.py --shapes 16x4096x4096,1024x4096x4096 --rounds 3 \
+      --dtype float16 > "$OUT/tunable17h.log" 2>&1; grep -E "^\|" "$OUT/tunable17h.log" | grep -v -- "---" ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b|s16|s17" >&2; exit 2 ;;
 esac

@@ -153,9 +153,11 @@ Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
 // further wave starts once the loading has taken longer than the finals are expected to
 // (load_budget_ms): on small products, where timing is cheap, only the most promising
 // families are loaded at all. The first wave holds kFirstWaveFamilies new families, later
-// ones kLoadThreads: with four in the first wave the small products overshot their 5 ms
-// budget 2.5-3.5x (H100, 2026-12-07: 12.7 ms loading 4 families of bf16 1024x4096^2, 17.3 ms
-// on 16x4096^2; the loads did not overlap). The first runs' results are discarded, and
+// ones as many as the rest of the budget holds at the loading rate so far (at most
+// kLoadThreads). Measured on the H100: with four in the first wave the small products overshot
+// their 5 ms budget 2.5-3.5x (2026-12-07: 12.7 ms loading 4 families of bf16 1024x4096^2, 17.3
+// ms on 16x4096^2; the loads did not overlap); with two, then waves of four (2026-12-08,
+// a1ca0c1), the second wave still took ~10 ms of the 14.6 / 14.9 ms loading. The first runs' results are discarded, and
 // failures are left for the probe below to report (it runs every candidate again, untimed,
 // before timing it).
 constexpr std::size_t kLoadThreads = 4;
@@ -426,7 +428,13 @@ std::optional<TuneOutcome> find_fastest(int device, StreamHandle s, const GemmAr
   {
     PhaseClock loading;
     while (loaded < all.size()) {
-      const std::size_t width = loaded == 1 ? kFirstWaveFamilies : kLoadThreads;
+      std::size_t width = kFirstWaveFamilies;
+      if (loaded > 1) {  // as many families as the rest of the budget holds at the rate so far
+        const double per_family = load_ms / static_cast<double>(families.size() - 1);
+        width = std::min<std::size_t>(
+            kLoadThreads, static_cast<std::size_t>((load_budget_ms - load_ms) / std::max(per_family, 0.1)));
+        if (width == 0) break;
+      }
       const std::size_t end = next_wave_end(all, loaded, families, width);
       first_runs_in_parallel(all, loaded, end, device, s, g, sets.sets.front());
       loaded = end;
