@@ -95,6 +95,7 @@ ASAN_TESTS=(
   test_jiterator
   test_jiterator_nvrtc
   test_green_contexts
+  test_memory_active_map
   test_memory_allocator
   test_memory_free_index
   test_memory_fuzz
@@ -117,6 +118,7 @@ ASAN_TESTS=(
   test_tensor_dlpack
   test_tensor_sizes
   test_tunable
+  test_tunable_loading
 )
 
 gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
