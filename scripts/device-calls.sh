@@ -526,5 +526,13 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     grep -E "^\||loading|tuning time" "$OUT/tunable17.log" | grep -v -- "---" | cut -c1-250
     timeout 50 python3 bench/tunable/bench_tunable.py --shapes 16x4096x4096,1024x4096x4096 --rounds 3 \
       --dtype float16 > "$OUT/tunable17h.log" 2>&1; grep -E "^\|" "$OUT/tunable17h.log" | grep -v -- "---" ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b|s16|s17" >&2; exit 2 ;;
+  s18)  # ~130 s cold, for a session's last ~250 s of device time: s17's first half only (the
+    # TunableOp loading waves on the two small shapes, bf16, beside torch).
+    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+    tail -1 "$OUT/suite/summary.md"
+    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+    CUDAKIT_TUNABLEOP_VERBOSE=2 timeout 40 python3 bench/tunable/bench_tunable.py \
+      --shapes 16x4096x4096,1024x4096x4096 --rounds 2 > "$OUT/tunable18.log" 2>&1
+    grep -E "^\||loading|tuning time" "$OUT/tunable18.log" | grep -v -- "---" | cut -c1-250 ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b|s16|s17|s18" >&2; exit 2 ;;
 esac
