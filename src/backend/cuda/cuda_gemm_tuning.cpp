@@ -324,9 +324,11 @@ class LtPlan final : public GemmPlan {
   // holding seven split variants of one configuration finished within the budget, the wave of
   // three other configurations took 12 ms.
   std::string kernel_family() const override {
-    const std::size_t split = name_.find("_splitk_"), swizzle = name_.find("_swizzle_");
-    if (split == std::string::npos || swizzle == std::string::npos || swizzle < split) return name_;
-    return name_.substr(0, split) + name_.substr(swizzle);
+    std::optional<LtConfig> c = parse_config_name(name_);
+    if (!c) return name_;
+    c->splitk = 1;
+    c->reduction = 0;
+    return config_name(*c);
   }
 
   void run(StreamHandle s, const GemmArgs& g, void* workspace) const override {
