@@ -157,9 +157,9 @@ Allocation workspace_for(const GemmPlan& plan, int device, StreamHandle s) {
 // kLoadThreads). Measured on the H100: with four in the first wave the small products overshot
 // their 5 ms budget 2.5-3.5x (2026-12-07: 12.7 ms loading 4 families of bf16 1024x4096^2, 17.3
 // ms on 16x4096^2; the loads did not overlap); with two, then waves of four (2026-12-08,
-// a1ca0c1), the second wave still took ~10 ms of the 14.6 / 14.9 ms loading. The first runs' results are discarded, and
-// failures are left for the probe below to report (it runs every candidate again, untimed,
-// before timing it).
+// a1ca0c1), the second wave still took ~10 ms of the 14.6 / 14.9 ms loading. The first runs'
+// results are discarded, and failures are left for the probe below to report (it runs every
+// candidate again, untimed, before timing it).
 constexpr std::size_t kLoadThreads = 4;
 constexpr std::size_t kFirstWaveFamilies = 2;
 // The loading budget is never below this: the first wave always runs.
