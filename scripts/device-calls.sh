@@ -62,6 +62,25 @@ compile_kernel_checks() {
 # Whether a step of $1 seconds still fits the call's budget: the modes that use it set t0 (their
 # start) and D (their budget in seconds).
 fits() { [ $(( $(date +%s) - t0 + $1 )) -le "$D" ]; }
+# Builds only the named targets (gpu-check.sh's build step) and points Python at that build.
+build_only() {
+  STEPS="build" BUILD_TARGETS="$*" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
+  tail -1 "$OUT/suite/summary.md"
+  export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
+}
+# The allocator's mixed live set against c10 (issue 31), then a perf profile of its 8 threads
+# where perf exists; $1 names the logs.
+mixed_vs_c10() {
+  fits 60 && { timeout 60 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed' \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc$1.log" 2>&1
+    grep median "$OUT/alloc$1.log"; }
+  if command -v perf > /dev/null && fits 40; then
+    timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/bench_memory_alloc \
+      --benchmark_filter='Mixed/threads:8' > /dev/null 2>&1
+    perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf$1.txt"
+    head -30 "$OUT/perf$1.txt"
+  else echo "no perf"; fi
+}
 case "${1:-}" in
   tests)
     STEPS="build cuda" HANG_SECONDS=400 bash scripts/gpu-check.sh "$OUT" ;;
@@ -428,10 +447,8 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # torch.cuda.tunable (issue 31's "batched cases"); bench_profiler in 11 paired rounds (issue
     # 28 item 4); the memory_viz test fixed for expandable segments.
     t0=$(date +%s); D=${S14_SECONDS:-520}
-    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable test_tunable_cuda test_tunable_batched bench_profiler" \
-      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    build_only cudakit_python cudakit_alloc test_tunable test_tunable_cuda test_tunable_batched bench_profiler
     echo "build done at $(( $(date +%s) - t0 )) s"
-    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     ctest --test-dir build-gpu -R '^cpp\.test_tunable(_cuda|_batched)?$' --output-on-failure > "$OUT/ctest14.log" 2>&1
     grep -E "tests passed|tests failed|Failure|FAILED|Passed|Skipped" "$OUT/ctest14.log" | head -12
     timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_matmul.py tests/python/test_tunable.py \
@@ -450,35 +467,7 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # issue 28 item 4 from Python, beside torch.profiler (paired runs since the night session)
     fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
       grep -E "^\|" "$OUT/bench_profiler_py.log"; } ;;
-  s15)  # ~450 s cold (2026-12-08): what s14 left unrun (the batched torch results-file test,
-    # bench_profiler.py beside torch.profiler: issue 28 item 4 from Python), the tuner's verbose
-    # log on the two small shapes (where tuning time goes: issue 31), the allocator against c10
-    # with a perf profile of Mixed/8 threads when perf exists.
-    t0=$(date +%s); D=${S15_SECONDS:-540}
-    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable_cuda bench_profiler alloc_vs_torch bench_memory_alloc" \
-      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
-    echo "build done at $(( $(date +%s) - t0 )) s"
-    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    ctest --test-dir build-gpu -R '^cpp\.test_tunable_cuda$' --output-on-failure > "$OUT/ctest15.log" 2>&1
-    grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest15.log" | head -8
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tunable.py tests/python/test_profiler.py \
-      tests/python/test_profiler_trace.py > "$OUT/pytest15.log" 2>&1
-    tail -1 "$OUT/pytest15.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest15.log" | head -10
-    fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
-      grep -E "^\|" "$OUT/bench_profiler_py.log"; }
-    fits 80 && { CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 80 python3 bench/tunable/bench_tunable.py \
-      --shapes 16x4096x4096,1024x4096x4096,4096x4096x4096 --rounds 3 > "$OUT/tunable15.log" 2>&1
-      grep -E "^(\||TunableOp)|loading|final" "$OUT/tunable15.log" | grep -v -- "---" | cut -c1-240 | head -40; }
-    fits 60 && { timeout 60 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed' \
-      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc15.log" 2>&1
-      grep median "$OUT/alloc15.log"; }
-    if command -v perf > /dev/null && fits 40; then
-      timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/bench_memory_alloc \
-        --benchmark_filter='Mixed/threads:8' > /dev/null 2>&1
-      perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf15.txt"
-      head -40 "$OUT/perf15.txt"
-    else echo "no perf"; fi ;;
-  s15b)  # ~300 s warm right after s15: issue 27's replay time of the default against torch's
+  s15b)  # ~300 s warm right after s16: issue 27's replay time of the default against torch's
     # default, now the median of 5 replays per process (replay_py.py; one sample was noise).
     export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     ninja -C build-gpu memory_replay > /dev/null 2>&1
@@ -491,10 +480,8 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     # perf profile), history with Python stacks (bench_history beside torch), issue 28 item 4
     # from Python (bench_profiler.py beside torch.profiler, never run on a GPU before).
     t0=$(date +%s); D=${S16_SECONDS:-560}
-    STEPS="build" BUILD_TARGETS="cudakit_python cudakit_alloc test_tunable_cuda bench_profiler alloc_vs_torch bench_memory_alloc memory_replay" \
-      bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1; tail -1 "$OUT/suite/summary.md"
+    build_only cudakit_python cudakit_alloc test_tunable_cuda bench_profiler alloc_vs_torch bench_memory_alloc memory_replay
     echo "build done at $(( $(date +%s) - t0 )) s"
-    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
     ctest --test-dir build-gpu -R '^cpp\.test_tunable_cuda$' --output-on-failure > "$OUT/ctest16.log" 2>&1
     grep -E "tests passed|tests failed|Failure|FAILED" "$OUT/ctest16.log" | head -8
     CUDAKIT_TEST_SYNC_DEBUG=error timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tunable.py \
@@ -504,35 +491,20 @@ or test_memory_compile_regions or test_tensor_delete_after_allocator_delete"
     fits 60 && { timeout 60 python3 bench/profiler/bench_profiler.py > "$OUT/bench_profiler_py.log" 2>&1
       grep -E "^\|" "$OUT/bench_profiler_py.log"; }
     fits 50 && { timeout 50 python3 bench/python/bench_history.py > "$OUT/history.log" 2>&1; tail -12 "$OUT/history.log"; }
-    fits 60 && { timeout 60 build-gpu/bench/torch/alloc_vs_torch --benchmark_filter='Mixed' \
-      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true > "$OUT/alloc16.log" 2>&1
-      grep median "$OUT/alloc16.log"; }
+    mixed_vs_c10 16
     fits 80 && { CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 80 python3 bench/tunable/bench_tunable.py \
       --shapes 16x4096x4096,1024x4096x4096,4096x4096x4096 --rounds 3 > "$OUT/tunable16.log" 2>&1
       grep -E "^(\||TunableOp)|loading|final" "$OUT/tunable16.log" | grep -v -- "---" | grep -v "probe\|final " | cut -c1-240 | head -30; }
-    if command -v perf > /dev/null && fits 40; then
-      timeout 40 perf record -g -o /tmp/perf.data build-gpu/bench/bench_memory_alloc \
-        --benchmark_filter='Mixed/threads:8' > /dev/null 2>&1
-      perf report -i /tmp/perf.data --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -v '^$' | head -60 > "$OUT/perf16.txt"
-      head -30 "$OUT/perf16.txt"
-    else echo "no perf"; fi ;;
-  s17)  # ~200 s cold (2026-12-08, last call): TunableOp's loading waves sized by the rest of the
-    # budget, bf16 / fp16 beside torch on the two small shapes and 4096^3, verbose log.
-    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
-    tail -1 "$OUT/suite/summary.md"
-    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    CUDAKIT_TUNABLEOP_VERBOSE=3 timeout 80 python3 bench/tunable/bench_tunable.py \
-      --shapes 16x4096x4096,1024x4096x4096,4096x4096x4096 --rounds 3 > "$OUT/tunable17.log" 2>&1
+    ;;
+  s17)  # ~200 s cold (2026-12-08): TunableOp's loading waves sized by the rest of the budget,
+    # bf16 beside torch on the two small shapes and 4096^3 (verbose log), then fp16 on the small
+    # two. S17_QUICK=1 (~130 s, for a session's last ~250 s of device time): the small bf16 shapes only.
+    build_only cudakit_python
+    shapes=16x4096x4096,1024x4096x4096; [ -n "${S17_QUICK:-}" ] || shapes=$shapes,4096x4096x4096
+    CUDAKIT_TUNABLEOP_VERBOSE=2 timeout 80 python3 bench/tunable/bench_tunable.py \
+      --shapes $shapes --rounds 3 > "$OUT/tunable17.log" 2>&1
     grep -E "^\||loading|tuning time" "$OUT/tunable17.log" | grep -v -- "---" | cut -c1-250
-    timeout 50 python3 bench/tunable/bench_tunable.py --shapes 16x4096x4096,1024x4096x4096 --rounds 3 \
-      --dtype float16 > "$OUT/tunable17h.log" 2>&1; grep -E "^\|" "$OUT/tunable17h.log" | grep -v -- "---" ;;
-  s18)  # ~130 s cold, for a session's last ~250 s of device time: s17's first half only (the
-    # TunableOp loading waves on the two small shapes, bf16, beside torch).
-    STEPS="build" BUILD_TARGETS="cudakit_python" bash scripts/gpu-check.sh "$OUT/suite" > /dev/null 2>&1
-    tail -1 "$OUT/suite/summary.md"
-    export PYTHONPATH=$PWD/build-gpu/python CUDAKIT_BACKEND=cuda PYTHONUNBUFFERED=1
-    CUDAKIT_TUNABLEOP_VERBOSE=2 timeout 40 python3 bench/tunable/bench_tunable.py \
-      --shapes 16x4096x4096,1024x4096x4096 --rounds 2 > "$OUT/tunable18.log" 2>&1
-    grep -E "^\||loading|tuning time" "$OUT/tunable18.log" | grep -v -- "---" | cut -c1-250 ;;
-  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15|s15b|s16|s17|s18" >&2; exit 2 ;;
+    [ -n "${S17_QUICK:-}" ] || { timeout 50 python3 bench/tunable/bench_tunable.py --shapes 16x4096x4096,1024x4096x4096 \
+      --rounds 3 --dtype float16 > "$OUT/tunable17h.log" 2>&1; grep -E "^\|" "$OUT/tunable17h.log" | grep -v -- "---"; } ;;
+  *) echo "usage: OUT=DIR $0 tests|bench|memory|suite|interop|issue26|verify|measure|final|record|verify8|verify9|s10a|s10b|s10c|s10d|s11|s11e|s12|s13a|s13b|s13c|s13s|s14|s15b|s16|s17" >&2; exit 2 ;;
 esac
