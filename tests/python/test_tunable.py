@@ -412,11 +412,17 @@ def torch_reads(path) -> str:
     return r.stdout
 
 
-@pytest.mark.gpu
-def test_reads_a_results_file_written_by_torch(tmp_path):
+@pytest.fixture
+def torch_cuda():
+    """torch with a CUDA device (the round trips run torch.cuda.tunable), else a skip."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
+    return torch
+
+
+@pytest.mark.gpu
+def test_reads_a_results_file_written_by_torch(tmp_path, torch_cuda):
     torch_version = torch_tunes(tmp_path / "torch.csv",
                                 "a = torch.randn(96, 160, device='cuda', dtype=torch.bfloat16); "
                                 "b = torch.randn(160, 224, device='cuda', dtype=torch.bfloat16); "
@@ -449,13 +455,10 @@ def test_reads_a_results_file_written_by_torch(tmp_path):
 
 
 @pytest.mark.gpu
-def test_batched_results_files_work_both_ways_with_torch(tmp_path):
+def test_batched_results_files_work_both_ways_with_torch(tmp_path, torch_cuda):
     """torch.bmm tuned by torch.cuda.tunable, its file read by cudakit (the batched product
     then runs torch's choice, nothing is tuned again), and a batched product tuned by cudakit,
     written for torch and read by torch.cuda.tunable."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA here")
     torch_version = torch_tunes(tmp_path / "torch.csv",
                                 "a = torch.randn(4, 96, 160, device='cuda', dtype=torch.bfloat16); "
                                 "b = torch.randn(4, 160, 224, device='cuda', dtype=torch.bfloat16); "
